@@ -1,0 +1,351 @@
+"""The thin client: validates, scopes, assigns ids, and enqueues tasks. It never opens the vector store.
+
+    client = MemoryClient.from_env()
+    notes = client.long_term("acme", "user-42").get_or_create_memory_set("notes", item_type=str, capacity=100)
+    ids = notes.add(["Alice prefers green tea"])
+    notes.search("what does Alice drink?", limit=5)
+
+Every call is scoped to the namespace and key of its ``LongTermMemory`` handle;
+the names are validated here (and again by the worker) before anything is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+
+from memory_core import routing
+from memory_core.cache.definitions import DefinitionCache
+from memory_core.dispatch import Dispatcher, open_redis
+from memory_core.errors import InvalidRequestError, MemorySetNotFound
+from memory_core.keys import Keys
+from memory_core.messages import (
+    AddReply,
+    AddRequest,
+    CountReply,
+    CreateSetRequest,
+    IdsRequest,
+    ItemsReply,
+    NewItem,
+    SearchRequest,
+    SetReply,
+    SetRequest,
+)
+from memory_core.models import (
+    ChatMessage,
+    CompactionConfig,
+    ItemId,
+    Key,
+    MemorySet,
+    MemorySetItem,
+    Namespace,
+    SetName,
+    utcnow,
+)
+from memory_core.settings import Settings, load_settings
+from memory_core.validation import check_filters, check_metadata, check_text, check_value, short_repr
+
+_NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
+_KEY: TypeAdapter[str] = TypeAdapter(Key)
+_SET_NAME: TypeAdapter[str] = TypeAdapter(SetName)
+_ITEM_ID: TypeAdapter[str] = TypeAdapter(ItemId)
+
+
+def _checked(adapter: TypeAdapter[str], value: object, what: str) -> str:
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"]
+        raise InvalidRequestError(f"{what} {short_repr(value)} is invalid: {reason}") from exc
+
+
+class _SeqClock:
+    """Insertion-order numbers: nanoseconds since the epoch, strictly increasing within a process."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, count: int) -> int:
+        with self._lock:
+            start = max(time.time_ns(), self._last + 1)
+            self._last = start + count - 1
+            return start
+
+
+@dataclass(frozen=True)
+class WriteReceipt:
+    """What ``submit`` returns at once: the ids, and a way to wait until the write is durable."""
+
+    ids: list[str]
+    task_id: str
+    namespace: str
+    _dispatcher: Dispatcher
+
+    def wait(self, timeout: float | None = None) -> list[str]:
+        """Blocks until the worker has stored the items; raises the worker's typed error if it failed."""
+        return AddReply.model_validate(self._dispatcher.wait(self.namespace, self.task_id, timeout)).ids
+
+
+class MemoryClient:
+    """Entry point for apps: hands out scoped memory handles. Thread-safe; share one per process."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.redis.key_prefix)
+        self._redis = open_redis(settings)
+        self.dispatcher = Dispatcher(settings, self._redis, self.keys)
+        self.definitions = DefinitionCache(self._redis, self.keys)
+        self._seq = _SeqClock()
+
+    @classmethod
+    def from_env(cls) -> MemoryClient:
+        """A client configured from ``MEMORY_*`` environment variables (and ``.env``)."""
+        return cls(load_settings())
+
+    def long_term(self, namespace: str, key: str) -> LongTermMemory:
+        """Long-term memory of one key (user, agent, conversation) inside one namespace (tenant)."""
+        return LongTermMemory(self, _checked(_NAMESPACE, namespace, "namespace"), _checked(_KEY, key, "key"))
+
+    def reserve_seq(self, count: int) -> int:
+        """The first of ``count`` consecutive insertion-order numbers."""
+        return self._seq.reserve(count)
+
+    def close(self) -> None:
+        """Releases broker and Redis connections."""
+        self.dispatcher.close()
+        self._redis.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+SetRef = MemorySet | str
+
+
+class LongTermMemory:
+    """Memory sets of one ``(namespace, key)``; the Flink Agents long-term memory API.
+
+    Decisions where the API could be read several ways:
+
+    * ``get_or_create_memory_set`` with a different definition for an existing name raises
+      ``SetDefinitionConflict``: the first definition wins.
+    * ``add`` with an id that exists replaces that item (value, metadata, time, position).
+    * ``add([])`` returns ``[]`` and sends nothing.
+    """
+
+    def __init__(self, client: MemoryClient, namespace: str, key: str) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"LongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
+
+    # -- set administration -------------------------------------------------
+
+    def get_or_create_memory_set(
+        self,
+        name: str,
+        item_type: type[str] | type[ChatMessage] = str,
+        capacity: int = 100,
+        compaction_config: CompactionConfig | None = None,
+        *,
+        ttl_seconds: int | None = None,
+    ) -> MemorySet:
+        """Returns the set ``name``, creating it with this definition if it does not exist."""
+        try:
+            definition = MemorySet(
+                name=_checked(_SET_NAME, name, "memory set name"),
+                item_type=item_type,
+                capacity=capacity,
+                compaction_config=compaction_config or CompactionConfig(),
+                ttl_seconds=ttl_seconds,
+            )
+        except ValidationError as exc:
+            raise InvalidRequestError(f"invalid memory set definition for {name!r}: {exc.errors()[0]['msg']}") from exc
+        request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
+        reply = SetReply.model_validate(self._call(routing.CREATE_SET, request, definition.name))
+        assert reply.definition is not None
+        self._client.definitions.put(self.namespace, self.key, reply.definition)
+        return reply.definition.bind(self)
+
+    def get_memory_set(self, name: str) -> MemorySet:
+        """The set ``name``; raises ``MemorySetNotFound`` when it does not exist."""
+        set_name = _checked(_SET_NAME, name, "memory set name")
+        request = SetRequest(namespace=self.namespace, key=self.key, set_name=set_name)
+        reply = SetReply.model_validate(self._call(routing.GET_SET, request, set_name))
+        if reply.definition is None:
+            self._client.definitions.forget(self.namespace, self.key, set_name)
+            raise self._not_found(set_name)
+        self._client.definitions.put(self.namespace, self.key, reply.definition)
+        return reply.definition.bind(self)
+
+    def delete_memory_set(self, name: str) -> bool:
+        """Deletes the set and all its items; False when it did not exist."""
+        set_name = _checked(_SET_NAME, name, "memory set name")
+        self._client.definitions.forget(self.namespace, self.key, set_name)
+        request = SetRequest(namespace=self.namespace, key=self.key, set_name=set_name)
+        reply = CountReply.model_validate(self._call(routing.DELETE_SET, request, set_name))
+        self._client.definitions.forget(self.namespace, self.key, set_name)
+        return reply.count > 0
+
+    # -- items ----------------------------------------------------------------
+
+    def size(self, memory_set: SetRef) -> int:
+        """The number of items in the set."""
+        request = self._set_request(memory_set)
+        return CountReply.model_validate(self._call(routing.SIZE, request, request.set_name)).count
+
+    def add(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        *,
+        wait: bool = True,
+    ) -> list[str]:
+        """Adds items; returns their ids (the caller's, or generated UUIDs), in the order given.
+
+        With ``wait=True`` (the default) it returns once the worker has stored them durably;
+        with ``wait=False`` it returns as soon as the broker has accepted the task.
+        Everything is validated before anything is enqueued.
+        """
+        receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas)
+        if wait and receipt.task_id:
+            return receipt.wait()
+        return receipt.ids
+
+    def submit(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+    ) -> WriteReceipt:
+        """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
+        definition = self._definition(memory_set)
+        if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+            raise InvalidRequestError(f"items must be a list of values, got {type(items).__name__}")
+        count = len(items)
+        limits = self._client.settings.limits
+        if count > limits.max_items_per_call:
+            raise InvalidRequestError(f"add got {count} items; at most {limits.max_items_per_call} per call")
+        ids = self._item_ids(ids, count)
+        metadatas = self._metadatas(metadatas, count)
+        for i, value in enumerate(items):
+            check_value(value, definition.item_type, f"item {i}", limits)
+        if count == 0:
+            return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=self._client.dispatcher)
+        now, first_seq = utcnow(), self._client.reserve_seq(count)
+        new_items = [
+            NewItem(id=ids[i], value=items[i], metadata=metadatas[i], created_time=now, seq=first_seq + i)
+            for i in range(count)
+        ]
+        request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
+        task_id = self._client.dispatcher.send(routing.ADD, request, self._summary(definition.name, items=count))
+        return WriteReceipt(ids=ids, task_id=task_id, namespace=self.namespace, _dispatcher=self._client.dispatcher)
+
+    def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
+        """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""
+        request = self._ids_request(memory_set, ids)
+        reply = self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
+        return ItemsReply.model_validate(reply).items
+
+    def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
+        """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
+        request = self._ids_request(memory_set, ids)
+        reply = self._call(routing.DELETE, request, request.set_name, ids=len(request.ids or ()))
+        return CountReply.model_validate(reply).count
+
+    def search(
+        self, memory_set: SetRef, query: str, limit: int = 10, filters: dict[str, Any] | None = None
+    ) -> list[MemorySetItem]:
+        """The ``limit`` items most relevant to ``query``, best first, each with a ``score``.
+
+        ``filters`` match metadata keys exactly: ``{"source": "chat"}``, or a list for any-of.
+        """
+        limits = self._client.settings.limits
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRequestError(f"query must be a non-empty str, got {short_repr(query)}")
+        check_text(query, "query", limits.max_query_chars)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
+            raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
+        filters = dict(filters or {})
+        check_filters(filters)
+        set_name = self._set_name(memory_set)
+        request = SearchRequest(
+            namespace=self.namespace, key=self.key, set_name=set_name, query=query, limit=limit, filters=filters
+        )
+        return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+
+    # -- helpers --------------------------------------------------------------
+
+    def _call(self, task: str, request: Any, set_name: str, **counts: int) -> dict[str, Any]:
+        return self._client.dispatcher.call(task, request, self._summary(set_name, **counts))
+
+    def _summary(self, set_name: str, **counts: int) -> str:
+        # What Flower and logs show for a task: scope and counts, never memory text.
+        fields = {"namespace": self.namespace, "key": self.key, "set": set_name, **counts}
+        return json.dumps(fields)
+
+    def _not_found(self, set_name: str) -> MemorySetNotFound:
+        return MemorySetNotFound(
+            f"memory set {set_name!r} not found in namespace {self.namespace!r}, key {self.key!r}"
+        )
+
+    def _set_name(self, memory_set: SetRef) -> str:
+        name = memory_set.name if isinstance(memory_set, MemorySet) else memory_set
+        return _checked(_SET_NAME, name, "memory set name")
+
+    def _set_request(self, memory_set: SetRef) -> SetRequest:
+        return SetRequest(namespace=self.namespace, key=self.key, set_name=self._set_name(memory_set))
+
+    def _definition(self, memory_set: SetRef) -> MemorySet:
+        if isinstance(memory_set, MemorySet):
+            return memory_set
+        set_name = self._set_name(memory_set)
+        cached = self._client.definitions.get(self.namespace, self.key, set_name)
+        return cached if cached is not None else self.get_memory_set(set_name)
+
+    def _ids_request(self, memory_set: SetRef, ids: Sequence[str] | None) -> IdsRequest:
+        checked = None
+        if ids is not None:
+            if isinstance(ids, str) or not isinstance(ids, Sequence):
+                raise InvalidRequestError(f"ids must be a list of str or None, got {type(ids).__name__}")
+            checked = [_checked(_ITEM_ID, i, "item id") for i in ids]
+        return IdsRequest(namespace=self.namespace, key=self.key, set_name=self._set_name(memory_set), ids=checked)
+
+    @staticmethod
+    def _item_ids(ids: Sequence[str] | None, count: int) -> list[str]:
+        if ids is None:
+            return [str(uuid.uuid4()) for _ in range(count)]
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise InvalidRequestError(f"ids must be a list of str, got {type(ids).__name__}")
+        if len(ids) != count:
+            raise InvalidRequestError(f"got {len(ids)} ids for {count} items; give one id per item or none")
+        return [_checked(_ITEM_ID, i, "item id") for i in ids]
+
+    def _metadatas(self, metadatas: Sequence[dict[str, Any]] | None, count: int) -> list[dict[str, Any]]:
+        if metadatas is None:
+            return [{} for _ in range(count)]
+        if not isinstance(metadatas, Sequence) or isinstance(metadatas, str):
+            raise InvalidRequestError(f"metadatas must be a list of dicts, got {type(metadatas).__name__}")
+        if len(metadatas) != count:
+            raise InvalidRequestError(f"got {len(metadatas)} metadatas for {count} items; give one per item or none")
+        copies = []
+        for i, metadata in enumerate(metadatas):
+            check_metadata(metadata, f"metadatas[{i}]", self._client.settings.limits)
+            copies.append(json.loads(json.dumps(metadata)))  # each item its own copy; shared dicts stay apart
+        return copies

@@ -1,0 +1,150 @@
+"""Sending tasks and waiting for their replies, without importing Celery.
+
+The client publishes Celery protocol-2 messages with kombu (JSON only), so an
+app process needs neither Celery nor the worker code. A worker pushes each
+task's outcome to a namespaced Redis list (``Keys.reply``); a waiting client
+pops it. Flower and ``celery inspect`` see ordinary Celery tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+import redis
+from kombu import Connection, Queue
+from kombu.exceptions import KombuError, OperationalError
+from kombu.pools import producers
+
+from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
+from memory_core.keys import Keys
+from memory_core.messages import Reply, Request
+from memory_core.routing import ROUTES
+from memory_core.settings import Settings, redact_url
+
+logger = logging.getLogger(__name__)
+
+_ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
+
+
+def open_redis(settings: Settings) -> redis.Redis:
+    """A Redis client for caches and replies, with timeouts so an outage fails fast instead of hanging."""
+    return redis.Redis.from_url(
+        settings.redis.url,
+        socket_timeout=settings.redis.socket_timeout,
+        socket_connect_timeout=settings.redis.socket_timeout,
+        decode_responses=False,
+        health_check_interval=30,
+    )
+
+
+def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str) -> tuple[Any, dict[str, Any]]:
+    """The body and headers of a Celery protocol-2 task message.
+
+    ``summary`` becomes ``kwargsrepr``: what Flower and logs show. It names the scope
+    and counts, never memory text.
+    """
+    headers = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "shadow": None,
+        "eta": None,
+        "expires": None,
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": task_id,
+        "parent_id": None,
+        "argsrepr": "()",
+        "kwargsrepr": summary,
+        "origin": _ORIGIN,
+        "ignore_result": False,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
+    }
+    body = ([], kwargs, {"callbacks": None, "errbacks": None, "chain": None, "chord": None})
+    return body, headers
+
+
+class Dispatcher:
+    """Publishes task messages to their queues and waits for replies. Thread-safe."""
+
+    def __init__(self, settings: Settings, redis_client: redis.Redis, keys: Keys) -> None:
+        self._settings = settings
+        self._redis = redis_client
+        self._keys = keys
+        self._broker = redact_url(settings.broker_url)
+        self._connection = Connection(
+            settings.broker_url,
+            connect_timeout=settings.redis.socket_timeout,
+            transport_options={
+                "visibility_timeout": settings.celery.visibility_timeout,
+                "socket_timeout": settings.redis.socket_timeout,
+                "socket_connect_timeout": settings.redis.socket_timeout,
+            },
+        )
+        self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
+
+    def send(self, task: str, request: Request, summary: str) -> str:
+        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
+        task_id = str(uuid.uuid4())
+        queue = self._queues[ROUTES[task]]
+        body, headers = celery_message(task, task_id, {"request": request.model_dump(mode="json")}, summary)
+        retries = self._settings.client.publish_retries
+        try:
+            with producers[self._connection].acquire(block=True, timeout=self._settings.client.timeout) as producer:
+                producer.publish(
+                    body,
+                    exchange="",
+                    routing_key=queue.name,
+                    declare=[queue],
+                    serializer="json",
+                    headers=headers,
+                    correlation_id=task_id,
+                    delivery_mode=2,
+                    retry=retries > 0,
+                    retry_policy={"max_retries": retries, "interval_start": 0.1, "interval_step": 0.3, "interval_max": 1},
+                )
+        except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
+            raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
+        return task_id
+
+    def wait(self, namespace: str, task_id: str, timeout: float | None = None) -> dict[str, Any]:
+        """Blocks until the worker replies; returns the result or raises the worker's typed error."""
+        limit = self._settings.client.timeout if timeout is None else timeout
+        key = self._keys.reply(namespace, task_id)
+        deadline = time.monotonic() + limit
+        # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
+        slice_seconds = max(0.1, self._settings.redis.socket_timeout * 0.8)
+        popped = None
+        while popped is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplyTimeout(f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)")
+            try:
+                popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds))
+            except redis.RedisError as exc:
+                url = redact_url(self._settings.redis.url)
+                raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
+        reply = Reply.model_validate(json.loads(popped[1]))
+        if reply.ok:
+            return reply.result or {}
+        assert reply.error is not None
+        raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
+
+    def call(self, task: str, request: Request, summary: str, timeout: float | None = None) -> dict[str, Any]:
+        """``send`` then ``wait``."""
+        return self.wait(request.namespace, self.send(task, request, summary), timeout)
+
+    def close(self) -> None:
+        """Releases broker connections."""
+        producers[self._connection].force_close_all()
+        self._connection.release()

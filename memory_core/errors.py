@@ -1,0 +1,88 @@
+"""The one error tree of memory-core.
+
+Every error raised by ``memory_core`` (and every worker-side failure a waiting
+client sees) is a ``MemoryCoreError``::
+
+    MemoryCoreError
+    ├── ConfigurationError        (also a ValueError)
+    ├── InvalidRequestError       (also a ValueError)
+    │   └── SetDefinitionConflict
+    ├── NotFoundError
+    │   └── MemorySetNotFound
+    ├── BrokerUnavailable
+    ├── ReplyTimeout
+    ├── StoreError
+    │   └── TransientStoreError   (tasks retry on these)
+    ├── EmbedderError
+    ├── SummarizerError
+    └── CompactionError
+
+Catch broad (``MemoryCoreError``), recover narrow. Third-party exceptions
+(redis, kombu, qdrant, onnxruntime, anthropic) are translated at the adapter
+boundary with ``raise ... from exc`` and never escape the library.
+"""
+
+from __future__ import annotations
+
+
+class MemoryCoreError(Exception):
+    """Raised for any failure inside memory-core; the root of the tree."""
+
+
+class ConfigurationError(MemoryCoreError, ValueError):
+    """Raised when settings are missing, malformed or contradict each other."""
+
+
+class InvalidRequestError(MemoryCoreError, ValueError):
+    """Raised when a call's arguments or a task message fail validation; nothing was enqueued or written."""
+
+
+class SetDefinitionConflict(InvalidRequestError):
+    """Raised when get_or_create names an existing memory set with a different definition."""
+
+
+class NotFoundError(MemoryCoreError):
+    """Raised when a named thing does not exist."""
+
+
+class MemorySetNotFound(NotFoundError):
+    """Raised when a memory set does not exist in the given namespace and key."""
+
+
+class BrokerUnavailable(MemoryCoreError):
+    """Raised when Redis (broker and cache) cannot be reached; names the redacted URL."""
+
+
+class ReplyTimeout(MemoryCoreError):
+    """Raised when a worker did not answer a waiting call in time; the task may still run."""
+
+
+class StoreError(MemoryCoreError):
+    """Raised when the vector store rejects or fails an operation."""
+
+
+class TransientStoreError(StoreError):
+    """Raised when the vector store failed in a way a retry may fix (connection, timeout, lock)."""
+
+
+class EmbedderError(MemoryCoreError):
+    """Raised when the embedding model is missing or fails."""
+
+
+class SummarizerError(MemoryCoreError):
+    """Raised when the summarizer fails or replies with something unusable."""
+
+
+class CompactionError(MemoryCoreError):
+    """Raised when a compaction cannot complete."""
+
+
+def error_types() -> dict[str, type[MemoryCoreError]]:
+    """Maps each error class name to its class, for rebuilding worker-side errors in the client."""
+    found: dict[str, type[MemoryCoreError]] = {}
+    pending: list[type[MemoryCoreError]] = [MemoryCoreError]
+    while pending:
+        cls = pending.pop()
+        found[cls.__name__] = cls
+        pending.extend(cls.__subclasses__())
+    return found

@@ -1,0 +1,117 @@
+"""What crosses the broker: versioned JSON requests and replies of every task.
+
+A request is a pydantic model dumped with ``model_dump(mode="json")``. Its ``v``
+field is the schema version: a worker rejects (and dead-letters) a message of a
+version it does not know instead of guessing. Replies are small JSON objects.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memory_core.models import ChatMessage, ItemId, Key, MemorySet, MemorySetItem, Namespace, Scope, SetName
+
+SCHEMA_VERSION = 1
+
+FilterValue = str | int | bool | list[str | int | bool]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Request(_Wire):
+    """Fields every task request carries: the schema version and the tenant scope."""
+
+    v: Literal[1] = SCHEMA_VERSION
+    namespace: Namespace
+    key: Key
+
+
+class SetRequest(Request):
+    """A request about one memory set."""
+
+    set_name: SetName
+
+    @property
+    def scope(self) -> Scope:
+        """The store address of the set."""
+        return Scope(self.namespace, self.key, self.set_name)
+
+
+class NewItem(_Wire):
+    """One item to write. ``seq`` orders items within a set; the client assigns it at accept time."""
+
+    id: ItemId
+    value: str | ChatMessage
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_time: datetime
+    seq: int = Field(ge=0)
+
+
+class AddRequest(SetRequest):
+    """memory.add: upsert these items (idempotent: same ids, same points)."""
+
+    items: list[NewItem]
+
+
+class IdsRequest(SetRequest):
+    """memory.get and memory.delete: these ids, or the whole set when ``ids`` is None."""
+
+    ids: list[ItemId] | None = None
+
+
+class SearchRequest(SetRequest):
+    """memory.search: the ``limit`` items most similar to ``query`` that match every filter."""
+
+    query: str
+    limit: int = Field(ge=1)
+    filters: dict[str, FilterValue] = Field(default_factory=dict)
+
+
+class CreateSetRequest(Request):
+    """memory.create_set: get-or-create a set definition (a different existing definition is a conflict)."""
+
+    definition: MemorySet
+
+
+class AddReply(_Wire):
+    """Ids written and made durable."""
+
+    ids: list[str]
+
+
+class ItemsReply(_Wire):
+    """Items, in the order the operation defines (insertion order, or best first for search)."""
+
+    items: list[MemorySetItem]
+
+
+class CountReply(_Wire):
+    """A number of items (size, or how many a delete removed)."""
+
+    count: int
+
+
+class SetReply(_Wire):
+    """A set definition, or None when there is none."""
+
+    definition: MemorySet | None
+
+
+class ErrorInfo(_Wire):
+    """A worker-side failure, rebuilt as the same ``MemoryCoreError`` subclass in the client."""
+
+    type: str
+    message: str
+
+
+class Reply(_Wire):
+    """The envelope a worker pushes to a waiting client: a result or an error."""
+
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: ErrorInfo | None = None

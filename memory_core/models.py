@@ -1,0 +1,227 @@
+"""Domain models: memory sets, their items, chat messages and compaction settings.
+
+Names follow Apache Flink Agents' long-term memory (``MemorySet``,
+``MemorySetItem``, ``CompactionConfig``, ``DatetimeRange``) so its users feel at
+home. All models round-trip through JSON (``model_dump(mode="json")``), which
+is the only form they take on the broker and in caches.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PrivateAttr,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+if TYPE_CHECKING:
+    from memory_core.client import LongTermMemory
+
+# A name is a Redis-key and payload-safe token: no ':' (our key separator), no '*' or
+# other glob characters, no path separators, and never only dots.
+_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
+def _not_only_dots(name: str) -> str:
+    if not name.strip("."):
+        raise ValueError(f"{name!r} is only dots; a name needs a letter, digit, '_' or '-'")
+    return name
+
+
+Namespace = Annotated[
+    str, StringConstraints(pattern=_NAME, min_length=1, max_length=64), AfterValidator(_not_only_dots)
+]
+Key = Annotated[str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)]
+SetName = Annotated[
+    str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)
+]
+ItemId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+class Scope(NamedTuple):
+    """The address of one memory set: every store call carries one, and the store filters on all three."""
+
+    namespace: str
+    key: str
+    set_name: str
+
+
+class MessageRole(str, enum.Enum):
+    """Who said a chat message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ChatMessage(BaseModel):
+    """One chat turn; ``str()`` gives ``"role: content"``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: MessageRole = MessageRole.USER
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    extra_args: dict[str, Any] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.role.value}: {self.content}"
+
+
+class CompactionConfig(BaseModel):
+    """How a set is folded into summaries once it reaches capacity.
+
+    Attributes:
+        model: the summarizer's model name (a Claude model id for the Claude summarizer).
+        prompt: ``None`` for the built-in prompt, else a prompt text or a named template.
+        limit: the most topics (summaries) one compaction may produce.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(default="claude-haiku-4-5", min_length=1, max_length=200)
+    prompt: str | None = Field(default=None, max_length=20_000)
+    limit: int = Field(default=1, ge=1, le=100)
+
+
+class DatetimeRange(BaseModel):
+    """A span of time, used as the ``created_time`` of a summary: from its oldest source to its newest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start: datetime
+    end: datetime
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DatetimeRange:
+        if self.end < self.start:
+            raise ValueError(f"DatetimeRange end {self.end.isoformat()} is before start {self.start.isoformat()}")
+        return self
+
+
+def _item_type_name(item_type: type[str] | type[ChatMessage]) -> str:
+    return "ChatMessage" if item_type is ChatMessage else "str"
+
+
+_ITEM_TYPES: dict[str, type[str] | type[ChatMessage]] = {
+    "str": str,
+    "text": str,
+    "ChatMessage": ChatMessage,
+    "chat_message": ChatMessage,
+}
+
+ItemType = Annotated[type[str] | type[ChatMessage], PlainSerializer(_item_type_name, return_type=str)]
+
+
+class MemorySet(BaseModel):
+    """The definition of a memory set, plus (when obtained from a client) convenience methods.
+
+    Two sets are equal when their definitions are equal; the binding to a client is not compared.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    name: SetName
+    item_type: ItemType = str
+    capacity: int = Field(default=100, ge=1, le=1_000_000)
+    compaction_config: CompactionConfig = CompactionConfig()
+    ttl_seconds: int | None = Field(default=None, ge=1)
+
+    # Typed loosely: pydantic would otherwise need the client module to build this model.
+    _ltm: Any = PrivateAttr(default=None)
+
+    @field_validator("item_type", mode="before")
+    @classmethod
+    def _parse_item_type(cls, value: object) -> object:
+        if isinstance(value, str):
+            if value not in _ITEM_TYPES:
+                raise ValueError(f"item_type {value!r} is not one of 'str' or 'ChatMessage'")
+            return _ITEM_TYPES[value]
+        if value not in (str, ChatMessage):
+            raise ValueError(f"item_type {value!r} is not str or ChatMessage")
+        return value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MemorySet):
+            return NotImplemented
+        return self.model_dump(mode="json") == other.model_dump(mode="json")
+
+    def __hash__(self) -> int:
+        return hash((self.name, _item_type_name(self.item_type), self.capacity))
+
+    def bind(self, ltm: LongTermMemory) -> MemorySet:
+        """Returns a copy whose convenience methods call ``ltm``."""
+        bound = self.model_copy()
+        bound._ltm = ltm
+        return bound
+
+    def _bound(self) -> LongTermMemory:
+        if self._ltm is None:
+            raise RuntimeError(f"memory set {self.name!r} is not bound to a client; get it from long_term(...)")
+        ltm: LongTermMemory = self._ltm
+        return ltm
+
+    def add(
+        self,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        *,
+        wait: bool = True,
+    ) -> list[str]:
+        """Adds items to this set; see ``LongTermMemory.add``."""
+        return self._bound().add(self, items, ids=ids, metadatas=metadatas, wait=wait)
+
+    def get(self, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
+        """Returns items of this set in insertion order; see ``LongTermMemory.get``."""
+        return self._bound().get(self, ids)
+
+    def search(
+        self, query: str, limit: int = 10, filters: dict[str, Any] | None = None
+    ) -> list[MemorySetItem]:
+        """Searches this set; see ``LongTermMemory.search``."""
+        return self._bound().search(self, query, limit=limit, filters=filters)
+
+    def delete(self, ids: Sequence[str] | None = None) -> int:
+        """Deletes items of this set; see ``LongTermMemory.delete``."""
+        return self._bound().delete(self, ids)
+
+    def size(self) -> int:
+        """The number of items in this set."""
+        return self._bound().size(self)
+
+
+class MemorySetItem(BaseModel):
+    """One item of a memory set, as stored and returned.
+
+    ``additional_metadata`` holds only the caller's keys. ``score`` is set on search
+    hits only (higher = more relevant) and is ``None`` elsewhere.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_set_name: SetName
+    id: ItemId
+    value: str | ChatMessage
+    compacted: bool = False
+    created_time: datetime | DatetimeRange
+    last_accessed_time: datetime
+    additional_metadata: dict[str, Any] = Field(default_factory=dict)
+    score: float | None = None

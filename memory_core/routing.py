@@ -1,0 +1,36 @@
+"""Task names and the queue each one goes to: the one table both the client and the workers read.
+
+Names are explicit strings (``memory.<verb>``), never derived from module paths,
+so tasks can move between modules without breaking queued messages.
+"""
+
+from __future__ import annotations
+
+WRITE_QUEUE = "memory.write"
+READ_QUEUE = "memory.read"
+MAINTENANCE_QUEUE = "memory.maintenance"
+COMPACTION_QUEUE = "memory.compaction"
+QUEUES = (WRITE_QUEUE, READ_QUEUE, MAINTENANCE_QUEUE, COMPACTION_QUEUE)
+
+ADD = "memory.add"
+DELETE = "memory.delete"
+CREATE_SET = "memory.create_set"
+DELETE_SET = "memory.delete_set"
+GET = "memory.get"
+SEARCH = "memory.search"
+SIZE = "memory.size"
+GET_SET = "memory.get_set"
+
+ROUTES: dict[str, str] = {
+    ADD: WRITE_QUEUE,
+    DELETE: WRITE_QUEUE,
+    CREATE_SET: WRITE_QUEUE,
+    DELETE_SET: WRITE_QUEUE,
+    GET: READ_QUEUE,
+    SEARCH: READ_QUEUE,
+    SIZE: READ_QUEUE,
+    GET_SET: READ_QUEUE,
+}
+
+DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE})
+"""A task from these queues that fails for good is dead-lettered with its payload: it carried data or work."""

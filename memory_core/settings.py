@@ -1,0 +1,155 @@
+"""The one ``Settings`` of memory-core: environment variables with the ``MEMORY_`` prefix.
+
+Nested groups use ``__``: ``MEMORY_REDIS__URL``, ``MEMORY_QDRANT__BACKEND``,
+``MEMORY_ANTHROPIC__API_KEY``. Only entry points (``workers/app.py``, ``ops/*``,
+test fixtures) call :func:`get_settings`; library classes take a ``Settings``
+(or one of its groups) in their constructor and never read the environment.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memory_core.errors import ConfigurationError
+
+
+def redact_url(url: str) -> str:
+    """Returns ``url`` with any password replaced by ``***``, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class RedisSettings(BaseModel):
+    """Redis: the broker (unless ``celery.broker_url`` is set) and the shared L2 cache."""
+
+    url: str = "redis://localhost:6379/0"
+    socket_timeout: float = Field(default=5.0, gt=0)
+    key_prefix: str = Field(default="mc", pattern=r"^[A-Za-z0-9_-]{1,16}$")
+
+    @field_validator("url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError(f"expected a redis://, rediss:// or unix:// URL, got {redact_url(value)!r}")
+        return value
+
+
+class QdrantSettings(BaseModel):
+    """Where vectors live: the embedded Qdrant Edge engine, a Qdrant server, or qdrant-client's local mode."""
+
+    backend: Literal["edge", "server", "local"] = "edge"
+    path: Path = Path(".memory-core/qdrant")
+    url: str | None = None
+    api_key: SecretStr | None = None
+    collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
+    timeout: float = Field(default=10.0, gt=0)
+
+
+class EmbedderSettings(BaseModel):
+    """The embedding model the workers run. ``hashing`` is for unit tests and must be chosen explicitly."""
+
+    model: Literal["all-MiniLM-L6-v2", "hashing"] = "all-MiniLM-L6-v2"
+    threads: int = Field(default=1, ge=1, le=64)
+    batch_size: int = Field(default=32, ge=1, le=1024)
+    max_tokens: int = Field(default=256, ge=8, le=512)
+
+
+class AnthropicSettings(BaseModel):
+    """Claude, used by the summarizer when an API key is set."""
+
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+    timeout: float = Field(default=60.0, gt=0)
+    max_retries: int = Field(default=2, ge=0)
+
+
+class LimitsSettings(BaseModel):
+    """What one call may carry; checked in the client before anything is enqueued, and again in the worker."""
+
+    max_items_per_call: int = Field(default=1000, ge=1, le=100_000)
+    max_value_chars: int = Field(default=32_000, ge=1)
+    max_metadata_bytes: int = Field(default=16_384, ge=2)
+    max_metadata_depth: int = Field(default=5, ge=1)
+    max_query_chars: int = Field(default=4_000, ge=1)
+    max_search_limit: int = Field(default=100, ge=1)
+
+
+class CelerySettings(BaseModel):
+    """The task layer: broker, delivery, retries and the worker pool."""
+
+    broker_url: str | None = None
+    pool: Literal["threads", "solo", "prefork"] = "threads"
+    concurrency: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    retry_backoff_max: int = Field(default=60, ge=1)
+    visibility_timeout: int = Field(default=3600, ge=1)
+    reply_ttl: int = Field(default=600, ge=1)
+
+
+class ClientSettings(BaseModel):
+    """How the thin client waits for workers."""
+
+    timeout: float = Field(default=60.0, gt=0)
+    publish_retries: int = Field(default=2, ge=0)
+
+
+class Settings(BaseSettings):
+    """All of memory-core's configuration, from ``MEMORY_*`` variables (and ``.env`` when present)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORY_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="forbid",
+    )
+
+    redis: RedisSettings = RedisSettings()
+    qdrant: QdrantSettings = QdrantSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    anthropic: AnthropicSettings = AnthropicSettings()
+    limits: LimitsSettings = LimitsSettings()
+    celery: CelerySettings = CelerySettings()
+    client: ClientSettings = ClientSettings()
+
+    @property
+    def broker_url(self) -> str:
+        """The Celery broker: ``celery.broker_url`` when set, else the Redis URL."""
+        return self.celery.broker_url or self.redis.url
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Builds ``Settings`` from the environment, turning validation errors into ``ConfigurationError``.
+
+    The message names each offending variable (``MEMORY_GROUP__FIELD``) and what was wrong.
+    """
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]  # overrides are validated by pydantic
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = "MEMORY_" + "__".join(str(part).upper() for part in err["loc"])
+            problems.append(f"{name}: {err['msg']} (got {_safe_input(err['loc'], err.get('input'))!r})")
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from exc
+
+
+def _safe_input(loc: tuple[int | str, ...], value: object) -> object:
+    # A mistyped secret must not end up in a log line through its error message.
+    if any(part in {"api_key", "password", "tokens"} for part in loc):
+        return "<redacted>"
+    return redact_url(value) if isinstance(value, str) and "://" in value else value
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings; for entry points only."""
+    return load_settings()

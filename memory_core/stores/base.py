@@ -1,0 +1,163 @@
+"""The vector store seam: a Protocol every adapter implements, and the payload codec they share.
+
+Invariants every adapter keeps (the contract tests in ``tests/integration/stores``
+check them on each):
+
+* Every call takes a ``Scope`` (or namespace and key) and filters on
+  ``namespace``, ``key`` and ``set`` itself; no call can see another scope.
+* Point ids are ``uuid5(namespace, key, set, item id)``, so writing the same item
+  twice overwrites one point (idempotent upserts).
+* ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending).
+* ``search`` scores are cosine similarity: higher = more similar.
+* Set definitions are stored durably beside the items (a second collection).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
+
+# Fixed forever: changing it would orphan every stored point.
+_POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
+
+ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id")
+"""Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
+
+
+def point_id(scope: Scope, item_id: str) -> str:
+    """The store's point id for an item: deterministic, so a redelivered write lands on the same point."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, "\x1f".join((*scope, item_id))))
+
+
+def set_point_id(namespace: str, key: str, set_name: str) -> str:
+    """The point id of a memory set's definition in the registry collection."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, "\x1f".join(("set", namespace, key, set_name))))
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """An item ready for the store: the item, its order in the set, and its embedding."""
+
+    item: MemorySetItem
+    seq: int
+    vector: Sequence[float]
+
+
+def _ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _dt(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
+    """The stored payload of an item; times are epoch seconds so range filters stay cheap."""
+    item = record.item
+    created = item.created_time
+    start, end = (created.start, created.end) if isinstance(created, DatetimeRange) else (created, created)
+    value = item.value if isinstance(item.value, str) else item.value.model_dump(mode="json")
+    return {
+        "namespace": scope.namespace,
+        "key": scope.key,
+        "set": scope.set_name,
+        "item_id": item.id,
+        "seq": record.seq,
+        "value": value,
+        "is_message": not isinstance(item.value, str),
+        "compacted": item.compacted,
+        "created_start": _ts(start),
+        "created_end": _ts(end),
+        "created_is_range": isinstance(created, DatetimeRange),
+        "last_accessed_time": _ts(item.last_accessed_time),
+        "metadata": dict(item.additional_metadata),
+    }
+
+
+def from_payload(payload: Mapping[str, Any], score: float | None = None) -> MemorySetItem:
+    """Rebuilds the item a payload was made from (``to_payload``'s inverse)."""
+    start, end = _dt(payload["created_start"]), _dt(payload["created_end"])
+    created: datetime | DatetimeRange = DatetimeRange(start=start, end=end) if payload["created_is_range"] else start
+    return MemorySetItem.model_validate(
+        {
+            "memory_set_name": payload["set"],
+            "id": payload["item_id"],
+            "value": payload["value"],
+            "compacted": payload["compacted"],
+            "created_time": created,
+            "last_accessed_time": _dt(payload["last_accessed_time"]),
+            "additional_metadata": payload.get("metadata") or {},
+            "score": score,
+        }
+    )
+
+
+def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str, Any]:
+    """The registry payload of a set definition."""
+    return {"namespace": namespace, "key": key, "set": definition.name, "definition": definition.model_dump(mode="json")}
+
+
+def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:
+    """Rebuilds a set definition from its registry payload."""
+    return MemorySet.model_validate(payload["definition"])
+
+
+def sort_by_seq(pairs: Sequence[tuple[int, MemorySetItem]]) -> list[MemorySetItem]:
+    """Items in insertion order, from ``(seq, item)`` pairs."""
+    return [item for _, item in sorted(pairs, key=lambda pair: pair[0])]
+
+
+class VectorStore(Protocol):
+    """Durable storage of memory items and set definitions, with vector search."""
+
+    @property
+    def location(self) -> str:
+        """Where the data lives (a directory or a redacted URL), for operators."""
+        ...
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+        """Writes items; an existing item with the same id is replaced. Durable on return."""
+        ...
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        """The items with these ids that exist, in insertion order."""
+        ...
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        """Every item of the set, in insertion order."""
+        ...
+
+    def search(
+        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+    ) -> list[MemorySetItem]:
+        """The ``limit`` items most similar to ``vector`` whose metadata match ``filters``; best first."""
+        ...
+
+    def count(self, scope: Scope) -> int:
+        """The number of items in the set."""
+        ...
+
+    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+        """Deletes these items (missing ids are ignored), or every item of the set when ``item_ids`` is None."""
+        ...
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        """Stores a set definition durably."""
+        ...
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        """A set definition, or None."""
+        ...
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        """Removes a set definition; False when there was none. Items are deleted separately."""
+        ...
+
+    def close(self) -> None:
+        """Releases files, locks and connections."""
+        ...

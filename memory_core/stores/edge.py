@@ -1,0 +1,197 @@
+"""The embedded default: Qdrant Edge (``qdrant-edge-py``) shards in a local data directory.
+
+One shard holds the items of one embedding model (like one collection on a
+server); a second small shard holds the set registry. A shard directory can be
+opened by one process only (its WAL is locked), so in embedded mode exactly one
+worker process owns the store and serves the others through tasks; the worker
+uses a thread pool for concurrency. Writes are serialized by a lock here; reads
+run concurrently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import qdrant_edge as qe
+
+from memory_core.errors import StoreError, TransientStoreError
+from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.stores.base import (
+    ITEM_INDEX_FIELDS,
+    ItemRecord,
+    from_payload,
+    point_id,
+    set_from_payload,
+    set_point_id,
+    set_to_payload,
+    sort_by_seq,
+    to_payload,
+)
+
+logger = logging.getLogger(__name__)
+
+DENSE = "dense"
+_SCROLL_PAGE = 1_000
+_TRANSIENT_MARKERS = ("WouldBlock", "timed out", "Timeout", "temporarily")
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (StoreError, ValueError, TypeError):
+        raise
+    except Exception as exc:  # qdrant_edge raises bare Exception; translate at the boundary
+        message = f"embedded Qdrant {operation} failed: {exc}"
+        if any(marker in str(exc) for marker in _TRANSIENT_MARKERS):
+            raise TransientStoreError(message) from exc
+        raise StoreError(message) from exc
+
+
+def _scope_filter(namespace: str, key: str, set_name: str | None = None) -> list[qe.FieldCondition]:
+    conditions = [
+        qe.FieldCondition(key="namespace", match=qe.MatchValue(namespace)),
+        qe.FieldCondition(key="key", match=qe.MatchValue(key)),
+    ]
+    if set_name is not None:
+        conditions.append(qe.FieldCondition(key="set", match=qe.MatchValue(set_name)))
+    return conditions
+
+
+def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition | qe.Filter]:
+    conditions: list[qe.FieldCondition | qe.Filter] = []
+    for name, expected in filters.items():
+        values = expected if isinstance(expected, list) else [expected]
+        alternatives = [qe.FieldCondition(key=f"metadata.{name}", match=qe.MatchValue(v)) for v in values]
+        conditions.append(alternatives[0] if len(alternatives) == 1 else qe.Filter(should=list(alternatives)))
+    return conditions
+
+
+def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
+    path.mkdir(parents=True, exist_ok=True)
+    with _translated(f"open of {path}"):
+        if any(path.iterdir()):
+            return qe.EdgeShard.load(str(path), config)
+        return qe.EdgeShard.create(str(path), config)
+
+
+class EdgeVectorStore:
+    """Items and set definitions in embedded Qdrant Edge shards under ``path``."""
+
+    def __init__(self, path: Path, *, collection: str, dimension: int) -> None:
+        self._path = path
+        self._write_lock = threading.Lock()
+        dense = qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)
+        self._items = _open_shard(path / collection, qe.EdgeConfig(vectors={DENSE: dense}))
+        registry_vector = qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)
+        self._sets = _open_shard(path / f"{collection}__sets", qe.EdgeConfig(vectors={DENSE: registry_vector}))
+        for shard in (self._items, self._sets):
+            self._index(shard)
+
+    def _index(self, shard: qe.EdgeShard) -> None:
+        existing = shard.info().payload_schema
+        with _translated("payload index creation"):
+            for field in ITEM_INDEX_FIELDS:
+                if field not in existing:
+                    params = qe.KeywordIndexParams(is_tenant=field == "namespace")
+                    shard.update(qe.UpdateOperation.create_field_index(field, params))
+
+    @property
+    def location(self) -> str:
+        return str(self._path.resolve())
+
+    def _update(self, shard: qe.EdgeShard, operation: qe.UpdateOperation, what: str) -> None:
+        with self._write_lock, _translated(what):
+            shard.update(operation)
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+        points = [
+            qe.Point(point_id(scope, r.item.id), {DENSE: list(map(float, r.vector))}, to_payload(scope, r))
+            for r in records
+        ]
+        if points:
+            self._update(self._items, qe.UpdateOperation.upsert_points(points), "upsert")
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        ids = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._items.retrieve(ids, with_payload=True, with_vector=False)
+        # The point id already encodes the scope; checking the payload too costs nothing and guards the invariant.
+        pairs = [(r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)]
+        return sort_by_seq(pairs)
+
+    def _scroll(self, shard: qe.EdgeShard, must: list[Any]) -> Iterator[dict[str, Any]]:
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=qe.Filter(must=must), with_payload=True)
+            with _translated("scroll"):
+                records, offset = shard.scroll(request)
+            for record in records:
+                if record.payload is not None:
+                    yield record.payload
+            if offset is None:
+                return
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        payloads = self._scroll(self._items, list(_scope_filter(*scope)))
+        return sort_by_seq([(p["seq"], from_payload(p)) for p in payloads])
+
+    def search(
+        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+    ) -> list[MemorySetItem]:
+        must: list[Any] = [*_scope_filter(*scope), *_metadata_conditions(filters)]
+        request = qe.QueryRequest(
+            limit=limit,
+            query=qe.Query.Nearest(list(map(float, vector)), using=DENSE),
+            filter=qe.Filter(must=must),
+            with_payload=True,
+        )
+        with _translated("search"):
+            hits = self._items.query(request)
+        return [from_payload(h.payload, score=h.score) for h in hits if h.payload is not None]
+
+    def count(self, scope: Scope) -> int:
+        with _translated("count"):
+            return self._items.count(qe.CountRequest(exact=True, filter=qe.Filter(must=list(_scope_filter(*scope)))))
+
+    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+        if item_ids is None:
+            operation = qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=list(_scope_filter(*scope))))
+        else:
+            operation = qe.UpdateOperation.delete_points([point_id(scope, i) for i in item_ids])
+        self._update(self._items, operation, "delete")
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        point = qe.Point(
+            set_point_id(namespace, key, definition.name), {DENSE: [1.0]}, set_to_payload(namespace, key, definition)
+        )
+        self._update(self._sets, qe.UpdateOperation.upsert_points([point]), "set registry write")
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        with _translated("set registry read"):
+            records = self._sets.retrieve(
+                [set_point_id(namespace, key, set_name)], with_payload=True, with_vector=False
+            )
+        return set_from_payload(records[0].payload) if records and records[0].payload else None
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        existed = self.get_set(namespace, key, set_name) is not None
+        operation = qe.UpdateOperation.delete_points([set_point_id(namespace, key, set_name)])
+        self._update(self._sets, operation, "set registry delete")
+        return existed
+
+    def close(self) -> None:
+        with self._write_lock:
+            for shard in (self._items, self._sets):
+                with _translated("close"):
+                    shard.flush()
+                    shard.close()
+
+
+def _in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
+    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)

@@ -1,0 +1,101 @@
+"""An in-process vector store: exact cosine search over dicts. For unit tests and experiments; not durable."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.stores.base import ItemRecord, from_payload, set_from_payload, set_to_payload, sort_by_seq, to_payload
+
+
+def _matches(metadata: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
+    for name, expected in filters.items():
+        actual = metadata.get(name)
+        allowed = expected if isinstance(expected, list) else [expected]
+        if isinstance(actual, list):
+            # Qdrant matches an array field when any element matches; so does this store.
+            if not any(_same(a, e) for a in actual for e in allowed):
+                return False
+        elif not any(_same(actual, e) for e in allowed):
+            return False
+    return True
+
+
+def _same(actual: object, expected: object) -> bool:
+    # bool is an int in Python but not in Qdrant's keyword/integer matching.
+    return type(actual) is type(expected) and actual == expected
+
+
+class InMemoryVectorStore:
+    """Keeps points in dicts keyed by scope; thread-safe."""
+
+    def __init__(self) -> None:
+        self._items: dict[Scope, dict[str, tuple[dict[str, Any], np.ndarray]]] = {}
+        self._sets: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def location(self) -> str:
+        return "memory (this process only)"
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+        with self._lock:
+            points = self._items.setdefault(scope, {})
+            for record in records:
+                vector = np.asarray(record.vector, dtype=np.float32)
+                norm = float(np.linalg.norm(vector)) or 1.0
+                points[record.item.id] = (to_payload(scope, record), vector / norm)
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        with self._lock:
+            points = self._items.get(scope, {})
+            found = [points[i][0] for i in dict.fromkeys(item_ids) if i in points]
+        return sort_by_seq([(p["seq"], from_payload(p)) for p in found])
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        with self._lock:
+            payloads = [p for p, _ in self._items.get(scope, {}).values()]
+        return sort_by_seq([(p["seq"], from_payload(p)) for p in payloads])
+
+    def search(
+        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+    ) -> list[MemorySetItem]:
+        query = np.asarray(vector, dtype=np.float32)
+        query = query / (float(np.linalg.norm(query)) or 1.0)
+        with self._lock:
+            candidates = [(p, v) for p, v in self._items.get(scope, {}).values() if _matches(p["metadata"], filters)]
+        scored = sorted(((float(v @ query), p) for p, v in candidates), key=lambda sp: -sp[0])
+        return [from_payload(p, score=s) for s, p in scored[:limit]]
+
+    def count(self, scope: Scope) -> int:
+        with self._lock:
+            return len(self._items.get(scope, {}))
+
+    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+        with self._lock:
+            if item_ids is None:
+                self._items.pop(scope, None)
+                return
+            points = self._items.get(scope, {})
+            for item_id in item_ids:
+                points.pop(item_id, None)
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        with self._lock:
+            self._sets[(namespace, key, definition.name)] = set_to_payload(namespace, key, definition)
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        with self._lock:
+            payload = self._sets.get((namespace, key, set_name))
+        return None if payload is None else set_from_payload(payload)
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        with self._lock:
+            return self._sets.pop((namespace, key, set_name), None) is not None
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,200 @@
+"""Qdrant through ``qdrant-client``: a server or cluster in production.
+
+The same adapter runs on qdrant-client's local mode (``":memory:"`` or a path),
+which is how the contract tests exercise this code without a server. One
+collection per embedding model holds the items of every tenant, partitioned by
+the ``namespace`` payload field (indexed with ``is_tenant``); a second
+collection holds set definitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from memory_core.errors import StoreError, TransientStoreError
+from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.settings import redact_url
+from memory_core.stores.base import (
+    ITEM_INDEX_FIELDS,
+    ItemRecord,
+    from_payload,
+    point_id,
+    set_from_payload,
+    set_point_id,
+    set_to_payload,
+    sort_by_seq,
+    to_payload,
+)
+
+logger = logging.getLogger(__name__)
+
+DENSE = "dense"
+_SCROLL_PAGE = 1_000
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (ResponseHandlingException, ConnectionError, TimeoutError) as exc:
+        raise TransientStoreError(f"Qdrant {operation} failed: {exc}") from exc
+    except UnexpectedResponse as exc:
+        retryable = exc.status_code in {429, 502, 503, 504}
+        error = TransientStoreError if retryable else StoreError
+        raise error(f"Qdrant {operation} failed with HTTP {exc.status_code}: {exc.reason_phrase}") from exc
+    except (ValueError, RuntimeError) as exc:  # local mode raises these for bad requests
+        raise StoreError(f"Qdrant {operation} failed: {exc}") from exc
+
+
+def _scope_conditions(namespace: str, key: str, set_name: str | None = None) -> list[qm.Condition]:
+    fields = [("namespace", namespace), ("key", key)] + ([("set", set_name)] if set_name is not None else [])
+    return [qm.FieldCondition(key=name, match=qm.MatchValue(value=value)) for name, value in fields]
+
+
+def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
+    conditions: list[qm.Condition] = []
+    for name, expected in filters.items():
+        values = expected if isinstance(expected, list) else [expected]
+        alternatives: list[qm.Condition] = [
+            qm.FieldCondition(key=f"metadata.{name}", match=qm.MatchValue(value=v)) for v in values
+        ]
+        conditions.append(alternatives[0] if len(alternatives) == 1 else qm.Filter(should=alternatives))
+    return conditions
+
+
+class QdrantVectorStore:
+    """Items and set definitions in two collections of a Qdrant server (or local mode)."""
+
+    def __init__(self, client: QdrantClient, *, collection: str, dimension: int, location: str) -> None:
+        self._client = client
+        self._items = collection
+        self._sets = f"{collection}__sets"
+        self._location = location
+        with _translated("collection setup"):
+            self._ensure(self._items, dimension)
+            self._ensure(self._sets, 1)
+
+    @classmethod
+    def connect(
+        cls, url: str, *, api_key: str | None, timeout: float, collection: str, dimension: int
+    ) -> QdrantVectorStore:
+        """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
+        if url.startswith(("http://", "https://")):
+            client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
+        else:
+            client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
+        return cls(client, collection=collection, dimension=dimension, location=redact_url(url))
+
+    def _ensure(self, name: str, dimension: int) -> None:
+        if not self._client.collection_exists(name):
+            distance = qm.Distance.COSINE if dimension > 1 else qm.Distance.DOT
+            self._client.create_collection(
+                name, vectors_config={DENSE: qm.VectorParams(size=dimension, distance=distance)}
+            )
+        for field in ITEM_INDEX_FIELDS:
+            self._client.create_payload_index(
+                name,
+                field_name=field,
+                field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=field == "namespace"),
+            )
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+        points = [
+            qm.PointStruct(
+                id=point_id(scope, r.item.id), vector={DENSE: list(map(float, r.vector))}, payload=to_payload(scope, r)
+            )
+            for r in records
+        ]
+        if points:
+            with _translated("upsert"):
+                self._client.upsert(self._items, points=points, wait=True)
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
+        pairs = [(r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)]
+        return sort_by_seq(pairs)
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        scroll_filter = qm.Filter(must=_scope_conditions(*scope))
+        pairs: list[tuple[int, MemorySetItem]] = []
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            with _translated("scroll"):
+                records, offset = self._client.scroll(
+                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            pairs.extend((r.payload["seq"], from_payload(r.payload)) for r in records if r.payload)
+            if offset is None:
+                return sort_by_seq(pairs)
+
+    def search(
+        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+    ) -> list[MemorySetItem]:
+        query_filter = qm.Filter(must=[*_scope_conditions(*scope), *_metadata_conditions(filters)])
+        with _translated("search"):
+            response = self._client.query_points(
+                self._items,
+                query=list(map(float, vector)),
+                using=DENSE,
+                query_filter=query_filter,
+                limit=limit,
+                with_payload=True,
+            )
+        return [from_payload(p.payload, score=p.score) for p in response.points if p.payload is not None]
+
+    def count(self, scope: Scope) -> int:
+        with _translated("count"):
+            return self._client.count(self._items, count_filter=qm.Filter(must=_scope_conditions(*scope)), exact=True).count
+
+    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+        selector: qm.PointsSelector
+        if item_ids is None:
+            selector = qm.FilterSelector(filter=qm.Filter(must=_scope_conditions(*scope)))
+        else:
+            selector = qm.PointIdsList(points=[point_id(scope, i) for i in item_ids])
+        with _translated("delete"):
+            self._client.delete(self._items, points_selector=selector, wait=True)
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        point = qm.PointStruct(
+            id=set_point_id(namespace, key, definition.name),
+            vector={DENSE: [1.0]},
+            payload=set_to_payload(namespace, key, definition),
+        )
+        with _translated("set registry write"):
+            self._client.upsert(self._sets, points=[point], wait=True)
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        with _translated("set registry read"):
+            records = self._client.retrieve(
+                self._sets, ids=[set_point_id(namespace, key, set_name)], with_payload=True, with_vectors=False
+            )
+        return set_from_payload(records[0].payload) if records and records[0].payload else None
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        existed = self.get_set(namespace, key, set_name) is not None
+        selector = qm.PointIdsList(points=[set_point_id(namespace, key, set_name)])
+        with _translated("set registry delete"):
+            self._client.delete(self._sets, points_selector=selector, wait=True)
+        return existed
+
+    def close(self) -> None:
+        with _translated("close"):
+            self._client.close()
+
+
+def _in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
+    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)

@@ -1,0 +1,117 @@
+"""Checks shared by the client (before enqueueing) and the worker (on every raw message).
+
+Every failure raises ``InvalidRequestError`` naming the offending value and what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from memory_core.errors import InvalidRequestError
+from memory_core.models import ChatMessage
+from memory_core.settings import LimitsSettings
+
+M = TypeVar("M", bound=BaseModel)
+
+FILTER_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so error messages stay readable (and small)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def parse(model: type[M], data: object, what: str) -> M:
+    """Validates ``data`` as ``model``, turning pydantic's error into an ``InvalidRequestError``."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or what}: {err['msg']} (got {short_repr(err.get('input'))})"
+            for err in exc.errors()[:5]
+        ]
+        raise InvalidRequestError(f"invalid {what}: " + "; ".join(problems)) from exc
+
+
+def check_text(text: str, what: str, max_chars: int) -> None:
+    """Rejects text that is too long or not encodable as UTF-8 (lone surrogates)."""
+    if len(text) > max_chars:
+        raise InvalidRequestError(f"{what} has {len(text)} characters; at most {max_chars} are allowed")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(f"{what} is not valid UTF-8 text ({exc.reason} at {exc.start})") from exc
+
+
+def check_value(value: object, item_type: type[str] | type[ChatMessage], what: str, limits: LimitsSettings) -> None:
+    """Checks one item value against its set's type and the size limit."""
+    if item_type is str:
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"{what} is {type(value).__name__} {short_repr(value)}; this set holds str")
+        check_text(value, what, limits.max_value_chars)
+        return
+    if not isinstance(value, ChatMessage):
+        raise InvalidRequestError(
+            f"{what} is {type(value).__name__} {short_repr(value)}; this set holds ChatMessage"
+        )
+    check_text(value.content, f"{what}.content", limits.max_value_chars)
+    check_metadata({"tool_calls": value.tool_calls, "extra_args": value.extra_args}, f"{what} extras", limits)
+
+
+def check_metadata(metadata: object, what: str, limits: LimitsSettings) -> None:
+    """Metadata must be a JSON object of finite numbers, strings, bools, nulls, lists and objects."""
+    if not isinstance(metadata, Mapping):
+        raise InvalidRequestError(f"{what} is {type(metadata).__name__}; expected a dict")
+    _check_json(metadata, what, limits.max_metadata_depth, 1)
+    try:
+        size = len(json.dumps(metadata, allow_nan=False, ensure_ascii=False).encode("utf-8"))
+    except (TypeError, ValueError) as exc:  # defensive: _check_json already rejects these
+        raise InvalidRequestError(f"{what} is not JSON-serializable: {exc}") from exc
+    if size > limits.max_metadata_bytes:
+        raise InvalidRequestError(f"{what} is {size} bytes as JSON; at most {limits.max_metadata_bytes} are allowed")
+
+
+def _check_json(value: Any, where: str, max_depth: int, depth: int) -> None:
+    if value is None or isinstance(value, bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidRequestError(f"{where} is {value!r}; only finite numbers are allowed")
+        return
+    if isinstance(value, str):
+        check_text(value, where, 1 << 30)
+        return
+    if depth > max_depth:
+        raise InvalidRequestError(f"{where} nests deeper than {max_depth} levels")
+    if isinstance(value, list | tuple):
+        for i, element in enumerate(value):
+            _check_json(element, f"{where}[{i}]", max_depth, depth + 1)
+        return
+    if isinstance(value, Mapping):
+        for k, element in value.items():
+            if not isinstance(k, str):
+                raise InvalidRequestError(f"{where} has key {k!r}; keys must be str")
+            check_text(k, f"{where} key", 256)
+            _check_json(element, f"{where}.{k}", max_depth, depth + 1)
+        return
+    raise InvalidRequestError(f"{where} is {type(value).__name__} {short_repr(value)}; expected a JSON value")
+
+
+def check_filters(filters: Mapping[str, Any]) -> None:
+    """Search filters: metadata key -> a str/int/bool value, or a list of them (match any)."""
+    for name, expected in filters.items():
+        if not isinstance(name, str) or not FILTER_KEY.match(name):
+            raise InvalidRequestError(f"filter key {name!r} is not a metadata key matching {FILTER_KEY.pattern}")
+        values = expected if isinstance(expected, list) else [expected]
+        if not values:
+            raise InvalidRequestError(f"filter {name!r} has an empty list; give at least one value")
+        for v in values:
+            if isinstance(v, float) or not isinstance(v, str | int | bool):
+                raise InvalidRequestError(f"filter {name!r} value {short_repr(v)} is not a str, int or bool")

@@ -1,0 +1,86 @@
+"""The Celery app: ``celery -A workers.app worker`` serves every queue (``-Q`` picks some).
+
+``create_app(settings)`` sets every Celery option explicitly from ``Settings``.
+The module-level ``app`` (what the ``celery`` CLI loads) is built on first access,
+from the environment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue
+
+import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
+from memory_core import routing
+from memory_core.errors import ConfigurationError
+from memory_core.settings import Settings, get_settings
+from workers import services
+from workers.base import MemoryTask
+from workers.logging import on_setup_logging
+
+signals.setup_logging.connect(on_setup_logging, weak=False)
+
+
+def create_app(settings: Settings) -> Celery:
+    """A Celery app for these settings: JSON only, late acks, prefetch 1, explicit queues and routes."""
+    if settings.qdrant.backend == "edge" and settings.celery.pool == "prefork" and settings.celery.concurrency > 1:
+        raise ConfigurationError(
+            "MEMORY_CELERY__POOL='prefork' cannot share the embedded Qdrant engine between processes; "
+            "use MEMORY_CELERY__POOL=threads, or a Qdrant server (MEMORY_QDRANT__BACKEND=server)"
+        )
+    app = Celery("memory_core", set_as_current=False)
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.celery.visibility_timeout},
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        event_serializer="json",
+        # Outcomes go to the caller through namespaced reply lists (workers.base), not a result backend.
+        task_ignore_result=True,
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_queues=[Queue(name, routing_key=name) for name in routing.QUEUES],
+        task_default_queue=routing.WRITE_QUEUE,
+        task_routes={name: {"queue": queue} for name, queue in routing.ROUTES.items()},
+        worker_pool=settings.celery.pool,
+        worker_concurrency=settings.celery.concurrency,
+        worker_send_task_events=True,
+        worker_hijack_root_logger=False,
+        timezone="UTC",
+        enable_utc=True,
+    )
+    services.register(app, settings)
+
+    @app.on_after_finalize.connect  # type: ignore[untyped-decorator]  # celery's signal decorator is untyped
+    def _apply_retry_policy(sender: Celery, **_: Any) -> None:
+        for task in sender.tasks.values():
+            if isinstance(task, MemoryTask):
+                task.max_retries = settings.celery.max_retries
+                task.retry_backoff_max = settings.celery.retry_backoff_max
+
+    return app
+
+
+@signals.worker_shutdown.connect
+def _close_services(sender: Any = None, **_: Any) -> None:
+    app = getattr(sender, "app", None)
+    if app is not None:
+        services.close(app)
+
+
+_app: Celery | None = None
+
+
+def __getattr__(name: str) -> Celery:
+    # Built on first access so importing this module (tests, ops) reads no environment.
+    global _app
+    if name != "app":
+        raise AttributeError(name)
+    if _app is None:
+        _app = create_app(get_settings())
+    return _app

@@ -1,0 +1,105 @@
+"""The base class of every memory task: retry policy, replies to waiting clients, dead letters.
+
+Business rules live in ``memory_core``; this class only carries outcomes:
+a success or a final failure is pushed to the client's reply list, and a write
+that fails for good is kept, payload and all, in its namespace's dead-letter list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery import Task
+from pydantic import TypeAdapter, ValidationError
+
+from memory_core import routing
+from memory_core.errors import MemoryCoreError, TransientStoreError
+from memory_core.messages import ErrorInfo, Reply
+from memory_core.models import Namespace
+from workers import services
+
+logger = logging.getLogger(__name__)
+
+_NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
+
+
+def request_namespace(kwargs: dict[str, Any] | None) -> str | None:
+    """The namespace a raw task message names, if it is a valid one (replies and dead letters go there)."""
+    request = (kwargs or {}).get("request")
+    if not isinstance(request, dict):
+        return None
+    try:
+        return _NAMESPACE.validate_python(request.get("namespace"))
+    except ValidationError:
+        return None
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """What a client is told about a failure: our typed errors as they are, anything else by type only."""
+    if isinstance(exc, MemoryCoreError):
+        return ErrorInfo(type=type(exc).__name__, message=str(exc))
+    return ErrorInfo(type="MemoryCoreError", message=f"the worker failed with {type(exc).__name__}")
+
+
+class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task generic; we take JSON dicts
+    """Base of all ``memory.*`` tasks."""
+
+    autoretry_for = (TransientStoreError,)
+    retry_backoff = True
+    retry_backoff_max = 60
+    retry_jitter = True
+    max_retries = 5
+    acks_late = True
+
+    @property
+    def services(self) -> services.Services:
+        """This process's services for this task's app."""
+        return services.get(self.app)
+
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        self._reply(kwargs, task_id, Reply(ok=True, result=retval))
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        info = error_info(exc)
+        logger.warning("task %s %s failed: %s", self.name, task_id, info.type)
+        self._reply(kwargs, task_id, Reply(ok=False, error=info))
+        if routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
+            self._dead_letter(kwargs, task_id, info)
+
+    def _reply(self, kwargs: Any, task_id: str, reply: Reply) -> None:
+        namespace = request_namespace(kwargs)
+        if namespace is None:
+            return
+        svc = self.services
+        key = svc.keys.reply(namespace, task_id)
+        try:
+            with svc.redis.pipeline() as pipe:
+                pipe.rpush(key, reply.model_dump_json())
+                pipe.expire(key, svc.settings.celery.reply_ttl)
+                pipe.execute()
+        except redis.RedisError:
+            # The write itself is durable; only the waiting client misses its answer (it times out).
+            logger.warning("could not deliver the reply of task %s", task_id, exc_info=True)
+
+    def _dead_letter(self, kwargs: Any, task_id: str, info: ErrorInfo) -> None:
+        namespace = request_namespace(kwargs)
+        svc = self.services
+        letter = {
+            "task": self.name,
+            "task_id": task_id,
+            "kwargs": kwargs,
+            "error": info.model_dump(),
+            "retries": self.request.retries,
+            "failed_at": datetime.now(UTC).isoformat(),
+        }
+        key = svc.keys.dead_letters(namespace) if namespace else svc.keys.unroutable_dead_letters()
+        with svc.redis.pipeline() as pipe:
+            pipe.rpush(key, json.dumps(letter))
+            if namespace:
+                pipe.sadd(svc.keys.dead_letter_namespaces(), namespace)
+            pipe.execute()
+        logger.error("task %s %s dead-lettered after %d retries", self.name, task_id, self.request.retries)

@@ -1,0 +1,83 @@
+"""Per-process services of a worker: store, embedder, Redis. Built lazily on first use, i.e. after fork.
+
+Each Celery app registers its settings here; ``get(app)`` builds that app's
+services once per process and caches them. Nothing is opened at import time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from dataclasses import dataclass
+
+import redis
+from celery import Celery
+
+from memory_core.dispatch import open_redis
+from memory_core.embedders import open_embedder
+from memory_core.keys import Keys
+from memory_core.service import MemoryService
+from memory_core.settings import Settings, redact_url
+from memory_core.stores import open_store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    """What tasks need, built once per worker process."""
+
+    settings: Settings
+    keys: Keys
+    redis: redis.Redis
+    memory: MemoryService
+
+    def close(self) -> None:
+        """Flushes and releases the store (its directory lock) and Redis connections."""
+        self.memory.store.close()
+        self.redis.close()
+
+
+_settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
+_built: weakref.WeakKeyDictionary[Celery, Services] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def register(app: Celery, settings: Settings) -> None:
+    """Remembers which settings ``app``'s services are built from."""
+    _settings[app] = settings
+
+
+def get(app: Celery) -> Services:
+    """The services of ``app`` in this process, built on first call."""
+    services = _built.get(app)
+    if services is not None:
+        return services
+    with _lock:
+        services = _built.get(app)
+        if services is None:
+            services = _build(_settings[app])
+            _built[app] = services
+        return services
+
+
+def close(app: Celery) -> None:
+    """Closes ``app``'s services in this process, if they were built."""
+    with _lock:
+        services = _built.pop(app, None)
+    if services is not None:
+        services.close()
+
+
+def _build(settings: Settings) -> Services:
+    embedder = open_embedder(settings.embedder)
+    store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
+    logger.info("worker services ready: store at %s, embedder %s, redis %s",
+                store.location, embedder.model_name, redact_url(settings.redis.url))
+    return Services(
+        settings=settings,
+        keys=Keys(settings.redis.key_prefix),
+        redis=open_redis(settings),
+        memory=MemoryService(store=store, embedder=embedder, limits=settings.limits),
+    )
