@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -50,7 +50,7 @@ from memory_core.models import (
     utcnow,
 )
 from memory_core.settings import Settings, load_settings
-from memory_core.validation import check_filters, check_metadata, check_text, check_value, short_repr
+from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse, short_repr
 
 _NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
 _KEY: TypeAdapter[str] = TypeAdapter(Key)
@@ -123,7 +123,7 @@ class MemoryClient:
         self.dispatcher.close()
         self._redis.close()
 
-    def __enter__(self) -> MemoryClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -157,23 +157,21 @@ class LongTermMemory:
     def get_or_create_memory_set(
         self,
         name: str,
-        item_type: type[str] | type[ChatMessage] = str,
+        item_type: type[str | ChatMessage] = str,
         capacity: int = 100,
         compaction_config: CompactionConfig | None = None,
         *,
         ttl_seconds: int | None = None,
     ) -> MemorySet:
         """Returns the set ``name``, creating it with this definition if it does not exist."""
-        try:
-            definition = MemorySet(
-                name=_checked(_SET_NAME, name, "memory set name"),
-                item_type=item_type,
-                capacity=capacity,
-                compaction_config=compaction_config or CompactionConfig(),
-                ttl_seconds=ttl_seconds,
-            )
-        except ValidationError as exc:
-            raise InvalidRequestError(f"invalid memory set definition for {name!r}: {exc.errors()[0]['msg']}") from exc
+        fields = {
+            "name": _checked(_SET_NAME, name, "memory set name"),
+            "item_type": item_type,
+            "capacity": capacity,
+            "compaction_config": compaction_config or CompactionConfig(),
+            "ttl_seconds": ttl_seconds,
+        }
+        definition = parse(MemorySet, fields, f"memory set definition {name!r}")
         request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
         reply = SetReply.model_validate(self._call(routing.CREATE_SET, request, definition.name))
         assert reply.definition is not None
@@ -301,9 +299,7 @@ class LongTermMemory:
         return json.dumps(fields)
 
     def _not_found(self, set_name: str) -> MemorySetNotFound:
-        return MemorySetNotFound(
-            f"memory set {set_name!r} not found in namespace {self.namespace!r}, key {self.key!r}"
-        )
+        return MemorySetNotFound(f"memory set {set_name!r} not found in namespace {self.namespace!r}, key {self.key!r}")
 
     def _set_name(self, memory_set: SetRef) -> str:
         name = memory_set.name if isinstance(memory_set, MemorySet) else memory_set

@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from kombu import Connection, Queue
 from kombu.exceptions import KombuError, OperationalError
-from kombu.pools import producers
+from kombu.pools import ProducerPool
 
 from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
 from memory_core.keys import Keys
@@ -29,6 +29,7 @@ from memory_core.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
 
+_POOL_SIZE = 16
 _ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
 
 
@@ -49,7 +50,7 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str
     ``summary`` becomes ``kwargsrepr``: what Flower and logs show. It names the scope
     and counts, never memory text.
     """
-    headers = {
+    headers: dict[str, Any] = {
         "lang": "py",
         "task": task,
         "id": task_id,
@@ -70,7 +71,11 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str
         "stamped_headers": None,
         "stamps": {},
     }
-    body = ([], kwargs, {"callbacks": None, "errbacks": None, "chain": None, "chord": None})
+    body: tuple[list[Any], dict[str, Any], dict[str, Any]] = (
+        [],
+        kwargs,
+        {"callbacks": None, "errbacks": None, "chain": None, "chord": None},
+    )
     return body, headers
 
 
@@ -92,6 +97,8 @@ class Dispatcher:
             },
         )
         self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
+        # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
+        self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
 
     def send(self, task: str, request: Request, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
@@ -100,7 +107,7 @@ class Dispatcher:
         body, headers = celery_message(task, task_id, {"request": request.model_dump(mode="json")}, summary)
         retries = self._settings.client.publish_retries
         try:
-            with producers[self._connection].acquire(block=True, timeout=self._settings.client.timeout) as producer:
+            with self._producers.acquire(block=True, timeout=self._settings.client.timeout) as producer:
                 producer.publish(
                     body,
                     exchange="",
@@ -111,7 +118,12 @@ class Dispatcher:
                     correlation_id=task_id,
                     delivery_mode=2,
                     retry=retries > 0,
-                    retry_policy={"max_retries": retries, "interval_start": 0.1, "interval_step": 0.3, "interval_max": 1},
+                    retry_policy={
+                        "max_retries": retries,
+                        "interval_start": 0.1,
+                        "interval_step": 0.3,
+                        "interval_max": 1,
+                    },
                 )
         except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
@@ -128,7 +140,9 @@ class Dispatcher:
         while popped is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ReplyTimeout(f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)")
+                raise ReplyTimeout(
+                    f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
+                )
             try:
                 popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds))
             except redis.RedisError as exc:
@@ -146,5 +160,6 @@ class Dispatcher:
 
     def close(self) -> None:
         """Releases broker connections."""
-        producers[self._connection].force_close_all()
+        self._producers.force_close_all()  # type: ignore[attr-defined]  # kombu-stubs omit Resource methods
+        self._producers.connections.force_close_all()
         self._connection.release()

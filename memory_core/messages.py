@@ -16,7 +16,7 @@ from memory_core.models import ChatMessage, ItemId, Key, MemorySet, MemorySetIte
 
 SCHEMA_VERSION = 1
 
-FilterValue = str | int | bool | list[str | int | bool]
+FilterValue = str | int | list[str | int]
 
 
 class _Wire(BaseModel):
@@ -26,7 +26,7 @@ class _Wire(BaseModel):
 class Request(_Wire):
     """Fields every task request carries: the schema version and the tenant scope."""
 
-    v: Literal[1] = SCHEMA_VERSION
+    v: Literal[1] = 1
     namespace: Namespace
     key: Key
 

@@ -43,9 +43,7 @@ Namespace = Annotated[
     str, StringConstraints(pattern=_NAME, min_length=1, max_length=64), AfterValidator(_not_only_dots)
 ]
 Key = Annotated[str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)]
-SetName = Annotated[
-    str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)
-]
+SetName = Annotated[str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)]
 ItemId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 
 
@@ -62,7 +60,7 @@ class Scope(NamedTuple):
     set_name: str
 
 
-class MessageRole(str, enum.Enum):
+class MessageRole(enum.StrEnum):
     """Who said a chat message."""
 
     SYSTEM = "system"
@@ -116,11 +114,11 @@ class DatetimeRange(BaseModel):
         return self
 
 
-def _item_type_name(item_type: type[str] | type[ChatMessage]) -> str:
+def _item_type_name(item_type: type[str | ChatMessage]) -> str:
     return "ChatMessage" if item_type is ChatMessage else "str"
 
 
-_ITEM_TYPES: dict[str, type[str] | type[ChatMessage]] = {
+_ITEM_TYPES: dict[str, type[str | ChatMessage]] = {
     "str": str,
     "text": str,
     "ChatMessage": ChatMessage,
@@ -193,9 +191,7 @@ class MemorySet(BaseModel):
         """Returns items of this set in insertion order; see ``LongTermMemory.get``."""
         return self._bound().get(self, ids)
 
-    def search(
-        self, query: str, limit: int = 10, filters: dict[str, Any] | None = None
-    ) -> list[MemorySetItem]:
+    def search(self, query: str, limit: int = 10, filters: dict[str, Any] | None = None) -> list[MemorySetItem]:
         """Searches this set; see ``LongTermMemory.search``."""
         return self._bound().search(self, query, limit=limit, filters=filters)
 

@@ -50,7 +50,7 @@ def check_text(text: str, what: str, max_chars: int) -> None:
         raise InvalidRequestError(f"{what} is not valid UTF-8 text ({exc.reason} at {exc.start})") from exc
 
 
-def check_value(value: object, item_type: type[str] | type[ChatMessage], what: str, limits: LimitsSettings) -> None:
+def check_value(value: object, item_type: type[str | ChatMessage], what: str, limits: LimitsSettings) -> None:
     """Checks one item value against its set's type and the size limit."""
     if item_type is str:
         if not isinstance(value, str):
@@ -58,9 +58,7 @@ def check_value(value: object, item_type: type[str] | type[ChatMessage], what: s
         check_text(value, what, limits.max_value_chars)
         return
     if not isinstance(value, ChatMessage):
-        raise InvalidRequestError(
-            f"{what} is {type(value).__name__} {short_repr(value)}; this set holds ChatMessage"
-        )
+        raise InvalidRequestError(f"{what} is {type(value).__name__} {short_repr(value)}; this set holds ChatMessage")
     check_text(value.content, f"{what}.content", limits.max_value_chars)
     check_metadata({"tool_calls": value.tool_calls, "extra_args": value.extra_args}, f"{what} extras", limits)
 
@@ -105,7 +103,7 @@ def _check_json(value: Any, where: str, max_depth: int, depth: int) -> None:
 
 
 def check_filters(filters: Mapping[str, Any]) -> None:
-    """Search filters: metadata key -> a str/int/bool value, or a list of them (match any)."""
+    """Search filters: metadata key -> a str or int value, or a list of them (match any)."""
     for name, expected in filters.items():
         if not isinstance(name, str) or not FILTER_KEY.match(name):
             raise InvalidRequestError(f"filter key {name!r} is not a metadata key matching {FILTER_KEY.pattern}")
@@ -113,5 +111,11 @@ def check_filters(filters: Mapping[str, Any]) -> None:
         if not values:
             raise InvalidRequestError(f"filter {name!r} has an empty list; give at least one value")
         for v in values:
-            if isinstance(v, float) or not isinstance(v, str | int | bool):
-                raise InvalidRequestError(f"filter {name!r} value {short_repr(v)} is not a str, int or bool")
+            if isinstance(v, bool):
+                # qdrant-edge-py 0.9.0 turns MatchValue(True) into the integer 1, so a bool filter would
+                # silently match nothing on the embedded engine; refuse it rather than mean different things.
+                raise InvalidRequestError(
+                    f"filter {name!r} value {v!r} is a bool; bool filters are not supported, store 'true'/'false'"
+                )
+            if not isinstance(v, str | int):
+                raise InvalidRequestError(f"filter {name!r} value {short_repr(v)} is not a str or int")

@@ -12,6 +12,7 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Queue
 
+import beat_schedule
 import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
 from memory_core import routing
 from memory_core.errors import ConfigurationError
@@ -51,12 +52,13 @@ def create_app(settings: Settings) -> Celery:
         worker_concurrency=settings.celery.concurrency,
         worker_send_task_events=True,
         worker_hijack_root_logger=False,
+        beat_schedule=beat_schedule.BEAT_SCHEDULE,
         timezone="UTC",
         enable_utc=True,
     )
     services.register(app, settings)
 
-    @app.on_after_finalize.connect  # type: ignore[untyped-decorator]  # celery's signal decorator is untyped
+    @app.on_after_finalize.connect
     def _apply_retry_policy(sender: Celery, **_: Any) -> None:
         for task in sender.tasks.values():
             if isinstance(task, MemoryTask):

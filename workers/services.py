@@ -73,8 +73,12 @@ def close(app: Celery) -> None:
 def _build(settings: Settings) -> Services:
     embedder = open_embedder(settings.embedder)
     store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
-    logger.info("worker services ready: store at %s, embedder %s, redis %s",
-                store.location, embedder.model_name, redact_url(settings.redis.url))
+    logger.info(
+        "worker services ready: store at %s, embedder %s, redis %s",
+        store.location,
+        embedder.model_name,
+        redact_url(settings.redis.url),
+    )
     return Services(
         settings=settings,
         keys=Keys(settings.redis.key_prefix),

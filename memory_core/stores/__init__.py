@@ -28,13 +28,18 @@ def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> 
 
     if settings.backend == "server":
         if not settings.url:
-            raise ConfigurationError("MEMORY_QDRANT__BACKEND='server' needs MEMORY_QDRANT__URL (e.g. http://qdrant:6333)")
+            raise ConfigurationError(
+                "MEMORY_QDRANT__BACKEND='server' needs MEMORY_QDRANT__URL (e.g. http://qdrant:6333)"
+            )
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         return QdrantVectorStore.connect(
             settings.url, api_key=api_key, timeout=settings.timeout, collection=collection, dimension=dimension
         )
     # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
     return QdrantVectorStore.connect(
-        settings.url or str(settings.path), api_key=None, timeout=settings.timeout, collection=collection,
+        settings.url or str(settings.path),
+        api_key=None,
+        timeout=settings.timeout,
+        collection=collection,
         dimension=dimension,
     )

@@ -36,7 +36,7 @@ def point_id(scope: Scope, item_id: str) -> str:
 
 def set_point_id(namespace: str, key: str, set_name: str) -> str:
     """The point id of a memory set's definition in the registry collection."""
-    return str(uuid.uuid5(_POINT_NAMESPACE, "\x1f".join(("set", namespace, key, set_name))))
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"set\x1f{namespace}\x1f{key}\x1f{set_name}"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +99,12 @@ def from_payload(payload: Mapping[str, Any], score: float | None = None) -> Memo
 
 def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str, Any]:
     """The registry payload of a set definition."""
-    return {"namespace": namespace, "key": key, "set": definition.name, "definition": definition.model_dump(mode="json")}
+    return {
+        "namespace": namespace,
+        "key": key,
+        "set": definition.name,
+        "definition": definition.model_dump(mode="json"),
+    }
 
 
 def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:

@@ -118,17 +118,21 @@ class EdgeVectorStore:
             self._update(self._items, qe.UpdateOperation.upsert_points(points), "upsert")
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
-        ids = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
         with _translated("retrieve"):
             records = self._items.retrieve(ids, with_payload=True, with_vector=False)
         # The point id already encodes the scope; checking the payload too costs nothing and guards the invariant.
-        pairs = [(r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)]
+        pairs = [
+            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)
+        ]
         return sort_by_seq(pairs)
 
     def _scroll(self, shard: qe.EdgeShard, must: list[Any]) -> Iterator[dict[str, Any]]:
         offset: Any = None
         while True:
-            request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=qe.Filter(must=must), with_payload=True)
+            request = qe.ScrollRequest(
+                offset=offset, limit=_SCROLL_PAGE, filter=qe.Filter(must=must), with_payload=True
+            )
             with _translated("scroll"):
                 records, offset = shard.scroll(request)
             for record in records:

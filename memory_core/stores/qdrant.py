@@ -124,7 +124,9 @@ class QdrantVectorStore:
         ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
         with _translated("retrieve"):
             records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
-        pairs = [(r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)]
+        pairs = [
+            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)
+        ]
         return sort_by_seq(pairs)
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
@@ -157,7 +159,9 @@ class QdrantVectorStore:
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):
-            return self._client.count(self._items, count_filter=qm.Filter(must=_scope_conditions(*scope)), exact=True).count
+            return self._client.count(
+                self._items, count_filter=qm.Filter(must=_scope_conditions(*scope)), exact=True
+            ).count
 
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         selector: qm.PointsSelector

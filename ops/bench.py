@@ -1,0 +1,150 @@
+"""Write throughput and search latency through the full path, side by side with the embedder alone.
+
+Measured in one run on the same texts:
+  (a) the embedder alone (the ceiling of the write path),
+  (b) client -> broker -> worker -> embed -> embedded Qdrant -> durable, in batched add calls,
+  and search p50/p95 through the queue (client -> worker -> reply).
+
+    ops/bench [--items 2000] [--batch 100] [--searches 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from stack import RUN_DIR, redis_server, worker
+
+from memory_core import MemoryClient, load_settings
+from memory_core.embedders.minilm import MiniLMEmbedder
+
+SUBJECTS = ["Alice", "Bob", "the support agent", "our CFO", "Maya", "the on-call engineer", "Chen", "the customer"]
+VERBS = ["prefers", "asked about", "complained about", "ordered", "cancelled", "recommended", "forgot", "scheduled"]
+OBJECTS = [
+    "green tea",
+    "a refund for order 4411",
+    "the Lyon office move",
+    "peanut-free catering",
+    "a Kyoto trip",
+    "the quarterly report",
+    "a ThinkPad X1",
+    "the half marathon",
+    "Postgres failover drills",
+    "a dentist visit",
+]
+TAILS = [
+    "last Tuesday",
+    "before the board meeting",
+    "during the outage",
+    "in the chat yesterday",
+    "by e-mail",
+    "for next spring",
+    "after the demo",
+    "while travelling",
+    "on the phone",
+    "as a recurring reminder",
+]
+
+
+def corpus(count: int, seed: int = 7) -> list[str]:
+    """Varied, realistic-length memory texts (deterministic)."""
+    rng = random.Random(seed)
+    return [
+        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)} (note {i})"
+        for i in range(count)
+    ]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _embed_rate(embedder: MiniLMEmbedder, texts: list[str], threads: int) -> float:
+    chunks = [texts[i : i + 100] for i in range(0, len(texts), 100)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(embedder.embed, chunks))
+    return len(texts) / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--searches", type=int, default=200)
+    args = parser.parse_args()
+
+    data_dir = RUN_DIR / "bench-qdrant"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if k.startswith("MEMORY_")},
+        "MEMORY_QDRANT__PATH": str(data_dir),
+        "MEMORY_REDIS__KEY_PREFIX": "mcbench",
+    }
+    os.environ.update(env)
+    settings = load_settings()
+    texts = corpus(args.items)
+
+    # (a) the embedder alone, as the worker runs it (same threads and batch size), on the same texts.
+    embedder = MiniLMEmbedder(threads=settings.embedder.threads, batch_size=settings.embedder.batch_size)
+    embedder.embed(texts[:64])  # warm-up
+    # The worker embeds in several threads at once; the ceiling is the best layout, each measured twice.
+    rates: dict[int, float] = {}
+    for threads in sorted({1, os.cpu_count() or 1, settings.celery.concurrency}):
+        for _ in range(2):
+            rates[threads] = max(rates.get(threads, 0.0), _embed_rate(embedder, texts, threads))
+    embed_rate = max(rates.values())
+    single = []
+    for text in texts[:50]:
+        t0 = time.perf_counter()
+        embedder.embed([text])
+        single.append((time.perf_counter() - t0) * 1000)
+    query_embed_ms = statistics.median(single)
+    del embedder
+
+    with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
+        notes = client.long_term("bench", "k").get_or_create_memory_set("notes", capacity=1_000_000)
+        notes.add(texts[:32], ids=[f"warm-{i}" for i in range(32)])  # worker warm-up (model load)
+        notes.delete()
+
+        # (b) the full path: batched add calls sent at once, timed until every batch is durable.
+        ltm = client.long_term("bench", "k")
+        started = time.perf_counter()
+        receipts = [ltm.submit(notes, texts[i : i + args.batch]) for i in range(0, len(texts), args.batch)]
+        for receipt in receipts:
+            receipt.wait(timeout=600)
+        full_rate = len(texts) / (time.perf_counter() - started)
+        assert notes.size() == len(texts), "every item must be stored"
+
+        latencies = []
+        rng = random.Random(11)
+        for _ in range(args.searches):
+            query = rng.choice(texts).rsplit(" (", 1)[0]
+            t0 = time.perf_counter()
+            notes.search(query, limit=10)
+            latencies.append((time.perf_counter() - t0) * 1000)
+
+    print(
+        f"\nmemory-core bench: {len(texts)} items, batches of {args.batch}, {args.searches} searches "
+        f"({os.cpu_count()} cores, embedder threads={settings.embedder.threads})\n"
+    )
+    print("| measure | value |")
+    print("|---|---|")
+    for threads, rate in rates.items():
+        print(f"| embedder alone, {threads} thread(s), batch {settings.embedder.batch_size} | {rate:.0f} items/s |")
+    print(f"| (a) embedder ceiling: the best of those | {embed_rate:.0f} items/s |")
+    print(f"| (b) full path, add() of {args.batch}, until durable | {full_rate:.0f} items/s |")
+    print(f"| ratio (b)/(a) | {full_rate / embed_rate:.2f} |")
+    print(f"| search through the queue, p50 | {statistics.median(latencies):.1f} ms |")
+    print(f"| search through the queue, p95 | {percentile(latencies, 0.95):.1f} ms |")
+    print(f"| of which: one query embedding, p50 | {query_embed_ms:.1f} ms |")
+
+
+if __name__ == "__main__":
+    main()

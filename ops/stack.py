@@ -1,0 +1,131 @@
+"""Local processes for ops scripts: a Redis if none answers, and a memory-core worker.
+
+Used by ops/demo, ops/bench and ops/check. Everything started here is stopped here.
+
+    python ops/stack.py with-redis redis://localhost:6379/15 -- pytest -q
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_DIR = ROOT / "ops" / ".run"
+VENV_BIN = Path(sys.executable).parent
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("redis-server is missing; installing Debian's redis-server package", flush=True)
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True)
+        found = shutil.which("redis-server")
+    if not found:
+        raise SystemExit(
+            "redis-server is not installed: apt-get install redis-server (or point MEMORY_REDIS__URL at one)"
+        )
+    return found
+
+
+@contextlib.contextmanager
+def redis_server(url: str) -> Iterator[bool]:
+    """Makes sure Redis answers at ``url``; starts a local one (and stops it after) if none does.
+
+    Yields True when this call started the server.
+    """
+    if _answers(url):
+        yield False
+        return
+    parts = urlsplit(url)
+    if parts.hostname not in {"localhost", "127.0.0.1", "::1"}:
+        raise SystemExit(f"Redis at {parts.hostname}:{parts.port} does not answer, and it is not local to start")
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    port = parts.port or 6379
+    process = subprocess.Popen(
+        [_redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=(RUN_DIR / f"redis-{port}.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not _answers(url):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise SystemExit(f"started redis-server on port {port}, but it does not answer")
+            time.sleep(0.05)
+        print(f"started a local redis-server on port {port} (stopped at exit)", flush=True)
+        yield True
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def worker(env: dict[str, str], *, name: str = "worker", concurrency: int = 4) -> Iterator[subprocess.Popen[bytes]]:
+    """Runs ``celery -A workers.app worker`` with ``env`` until the block ends; waits until it is ready."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    log = RUN_DIR / f"{name}.log"
+    command = [
+        str(VENV_BIN / "celery"),
+        "-A",
+        "workers.app",
+        "worker",
+        "-l",
+        "INFO",
+        "--hostname",
+        f"{name}@%h",
+        "--concurrency",
+        str(concurrency),
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    process = subprocess.Popen(
+        command, cwd=ROOT, env={**os.environ, **env}, stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while " ready." not in log.read_text(errors="replace"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"the worker did not start; see {log}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)  # warm shutdown: finish the task at hand, flush the store
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) < 3 or argv[0] != "with-redis" or "--" not in argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    url, command = argv[1], argv[argv.index("--") + 1 :]
+    with redis_server(url):
+        return subprocess.call(command)
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

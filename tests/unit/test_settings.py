@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from memory_core.errors import ConfigurationError
+from memory_core.settings import Settings, load_settings, redact_url
+
+ROOT = Path(__file__).parents[2]
+
+
+def _env_names(model: type[BaseModel], prefix: str = "MEMORY_") -> set[str]:
+    names = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= _env_names(annotation, f"{prefix}{name.upper()}__")
+        else:
+            names.add(f"{prefix}{name.upper()}")
+    return names
+
+
+def test_every_name_in_env_example_maps_to_a_setting():
+    known = _env_names(Settings)
+    written = set()
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        line = line.lstrip("# ").strip()
+        if line.startswith("MEMORY_") and "=" in line:
+            written.add(line.split("=", 1)[0])
+    assert written - known == set()
+    assert known - written == set(), "document every setting in .env.example"
+
+
+def test_nested_variables_are_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_REDIS__URL", "redis://cache:6380/2")
+    monkeypatch.setenv("MEMORY_CELERY__CONCURRENCY", "8")
+    settings = load_settings(_env_file=None)
+    assert settings.redis.url == "redis://cache:6380/2"
+    assert settings.celery.concurrency == 8
+    assert settings.broker_url == "redis://cache:6380/2"
+
+
+def test_a_wrong_value_names_the_variable(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_CELERY__CONCURRENCY", "many")
+    with pytest.raises(ConfigurationError, match="MEMORY_CELERY__CONCURRENCY"):
+        load_settings(_env_file=None)
+
+
+def test_a_bad_redis_url_is_refused_without_showing_its_password(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_REDIS__URL", "http://user:hunter2@host/0")
+    with pytest.raises(ConfigurationError, match="MEMORY_REDIS__URL") as info:
+        load_settings(_env_file=None)
+    assert "hunter2" not in str(info.value)
+
+
+def test_secrets_never_show_in_repr(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_ANTHROPIC__API_KEY", "sk-ant-secret")
+    settings = load_settings(_env_file=None)
+    assert "sk-ant-secret" not in repr(settings)
+    assert settings.anthropic.api_key is not None
+    assert settings.anthropic.api_key.get_secret_value() == "sk-ant-secret"
+
+
+def test_redact_url_hides_only_the_password():
+    assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+    assert redact_url("rediss://user:pw@host/0") == "rediss://user:***@host/0"
+    assert redact_url("redis://host/0") == "redis://host/0"
