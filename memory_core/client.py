@@ -91,6 +91,8 @@ class WriteReceipt:
 
     def wait(self, timeout: float | None = None) -> list[str]:
         """Blocks until the worker has stored the items; raises the worker's typed error if it failed."""
+        if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
+            return self.ids
         return AddReply.model_validate(self._dispatcher.wait(self.namespace, self.task_id, timeout)).ids
 
 
@@ -221,7 +223,7 @@ class LongTermMemory:
         Everything is validated before anything is enqueued.
         """
         receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas)
-        if wait and receipt.task_id:
+        if wait:
             return receipt.wait()
         return receipt.ids
 

@@ -94,6 +94,11 @@ class Dispatcher:
                 "visibility_timeout": settings.celery.visibility_timeout,
                 "socket_timeout": settings.redis.socket_timeout,
                 "socket_connect_timeout": settings.redis.socket_timeout,
+                # kombu reconnects on its own before publishing; bound that so an outage fails fast.
+                "max_retries": settings.client.publish_retries,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
             },
         )
         self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
