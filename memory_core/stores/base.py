@@ -112,6 +112,11 @@ def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:
     return MemorySet.model_validate(payload["definition"])
 
 
+def in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
+    """Whether a stored payload belongs to ``scope`` (a guard on top of the scoped point ids and filters)."""
+    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)
+
+
 def sort_by_seq(pairs: Sequence[tuple[int, MemorySetItem]]) -> list[MemorySetItem]:
     """Items in insertion order, from ``(seq, item)`` pairs."""
     return [item for _, item in sorted(pairs, key=lambda pair: pair[0])]

@@ -25,6 +25,7 @@ from memory_core.stores.base import (
     ITEM_INDEX_FIELDS,
     ItemRecord,
     from_payload,
+    in_scope,
     point_id,
     set_from_payload,
     set_point_id,
@@ -123,7 +124,7 @@ class EdgeVectorStore:
             records = self._items.retrieve(ids, with_payload=True, with_vector=False)
         # The point id already encodes the scope; checking the payload too costs nothing and guards the invariant.
         pairs = [
-            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)
+            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and in_scope(r.payload, scope)
         ]
         return sort_by_seq(pairs)
 
@@ -195,7 +196,3 @@ class EdgeVectorStore:
                 with _translated("close"):
                     shard.flush()
                     shard.close()
-
-
-def _in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
-    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)

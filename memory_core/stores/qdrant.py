@@ -25,6 +25,7 @@ from memory_core.stores.base import (
     ITEM_INDEX_FIELDS,
     ItemRecord,
     from_payload,
+    in_scope,
     point_id,
     set_from_payload,
     set_point_id,
@@ -125,7 +126,7 @@ class QdrantVectorStore:
         with _translated("retrieve"):
             records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
         pairs = [
-            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and _in_scope(r.payload, scope)
+            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and in_scope(r.payload, scope)
         ]
         return sort_by_seq(pairs)
 
@@ -198,7 +199,3 @@ class QdrantVectorStore:
     def close(self) -> None:
         with _translated("close"):
             self._client.close()
-
-
-def _in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
-    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)

@@ -8,6 +8,8 @@ from typing import Any
 from kombu import Connection
 
 from memory_core.dispatch import celery_message
+from memory_core.messages import AddRequest, NewItem
+from memory_core.models import utcnow
 from memory_core.routing import ROUTES
 
 
@@ -27,3 +29,10 @@ def publish_raw(
             body, exchange="", routing_key=ROUTES[task], serializer=serializer, headers=headers, correlation_id=task_id
         )
     return task_id
+
+
+def add_kwargs(namespace: str, item_id: str, value: str, *, key: str = "u", set_name: str = "notes") -> dict[str, Any]:
+    """The kwargs of a memory.add task writing one text item, as the client would send them."""
+    item = NewItem(id=item_id, value=value, created_time=utcnow(), seq=1)
+    request = AddRequest(namespace=namespace, key=key, set_name=set_name, items=[item])
+    return {"request": request.model_dump(mode="json")}

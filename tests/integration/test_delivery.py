@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
 
 import pytest
 
 from memory_core import InvalidRequestError, MemoryClient, routing
-from memory_core.messages import AddRequest, NewItem
 from memory_core.settings import Settings
 
-from .rawbroker import publish_raw
+from .rawbroker import add_kwargs, publish_raw
 
 
 def _wait_for(predicate, timeout: float = 20.0) -> None:
@@ -25,13 +23,7 @@ def _wait_for(predicate, timeout: float = 20.0) -> None:
 
 def test_the_same_add_message_delivered_twice_leaves_one_copy(client: MemoryClient, namespace: str):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
-    request = AddRequest(
-        namespace=namespace,
-        key="u",
-        set_name="notes",
-        items=[NewItem(id="a", value="remember me", created_time=datetime.now(UTC), seq=1)],
-    )
-    kwargs = {"request": request.model_dump(mode="json")}
+    kwargs = add_kwargs(namespace, "a", "remember me")
     task_id = publish_raw(client.settings.broker_url, routing.ADD, kwargs)
     publish_raw(client.settings.broker_url, routing.ADD, kwargs, task_id=task_id)  # a redelivery
     client.dispatcher.wait(namespace, task_id)

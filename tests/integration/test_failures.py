@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 from memory_core import BrokerUnavailable, MemoryClient, routing
-from memory_core.messages import AddRequest, NewItem
-from memory_core.models import utcnow
 
 from .conftest import make_settings
-from .rawbroker import publish_raw
+from .rawbroker import add_kwargs, publish_raw
 
 
 def test_an_unreachable_redis_fails_fast_with_a_typed_error_naming_it(tmp_path: Path):
@@ -26,14 +24,6 @@ def test_an_unreachable_redis_fails_fast_with_a_typed_error_naming_it(tmp_path: 
 
 def test_a_pickled_message_is_refused_and_never_executed(client: MemoryClient, namespace: str):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
-    request = AddRequest(
-        namespace=namespace,
-        key="u",
-        set_name="notes",
-        items=[NewItem(id="p", value="from pickle", created_time=utcnow(), seq=1)],
-    )
-    publish_raw(
-        client.settings.broker_url, routing.ADD, {"request": request.model_dump(mode="json")}, serializer="pickle"
-    )
+    publish_raw(client.settings.broker_url, routing.ADD, add_kwargs(namespace, "p", "from pickle"), serializer="pickle")
     notes.add(["after"], ids=["j"])  # the same queue, behind the pickled message: it has been consumed
     assert [i.id for i in notes.get()] == ["j"]
