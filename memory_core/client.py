@@ -19,16 +19,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
+import redis
 from pydantic import TypeAdapter, ValidationError
 
 from memory_core import routing
 from memory_core.cache.definitions import DefinitionCache
 from memory_core.dispatch import Dispatcher, open_redis
-from memory_core.errors import InvalidRequestError, MemorySetNotFound
+from memory_core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
 from memory_core.keys import Keys
 from memory_core.messages import (
     AddReply,
     AddRequest,
+    CompactionReport,
+    CompactRequest,
     CountReply,
     CreateSetRequest,
     IdsRequest,
@@ -47,9 +50,10 @@ from memory_core.models import (
     MemorySetItem,
     Namespace,
     SetName,
+    Usage,
     utcnow,
 )
-from memory_core.settings import Settings, load_settings
+from memory_core.settings import Settings, load_settings, redact_url
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse, short_repr
 
 _NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
@@ -64,6 +68,10 @@ def _checked(adapter: TypeAdapter[str], value: object, what: str) -> str:
     except ValidationError as exc:
         reason = exc.errors()[0]["msg"]
         raise InvalidRequestError(f"{what} {short_repr(value)} is invalid: {reason}") from exc
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class _SeqClock:
@@ -115,6 +123,17 @@ class MemoryClient:
     def long_term(self, namespace: str, key: str) -> LongTermMemory:
         """Long-term memory of one key (user, agent, conversation) inside one namespace (tenant)."""
         return LongTermMemory(self, _checked(_NAMESPACE, namespace, "namespace"), _checked(_KEY, key, "key"))
+
+    def usage(self, namespace: str) -> Usage:
+        """Compaction counters and model tokens of one namespace (read from Redis, no task)."""
+        namespace = _checked(_NAMESPACE, namespace, "namespace")
+        try:
+            raw = self._redis.hgetall(self.keys.usage(namespace))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(
+                f"cannot read usage from Redis at {redact_url(self.settings.redis.url)}: {exc}"
+            ) from exc
+        return Usage.from_counters(namespace, {_text(k): int(v) for k, v in raw.items()})
 
     def reserve_seq(self, count: int) -> int:
         """The first of ``count`` consecutive insertion-order numbers."""
@@ -256,6 +275,14 @@ class LongTermMemory:
         request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
         task_id = self._client.dispatcher.send(routing.ADD, request, self._summary(definition.name, items=count))
         return WriteReceipt(ids=ids, task_id=task_id, namespace=self.namespace, _dispatcher=self._client.dispatcher)
+
+    def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
+        """Compacts the set now, even below capacity, and waits for the report."""
+        base = self._set_request(memory_set)
+        request = CompactRequest(namespace=base.namespace, key=base.key, set_name=base.set_name, force=True)
+        limit = max(self._client.settings.client.timeout, 600.0) if timeout is None else timeout
+        reply = self._client.dispatcher.call(routing.COMPACT, request, self._summary(base.set_name), limit)
+        return CompactionReport.model_validate(reply)
 
     def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
         """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""

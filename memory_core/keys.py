@@ -21,6 +21,22 @@ class Keys:
         """The cached JSON definition of one memory set (L2)."""
         return f"{self.prefix}:{namespace}:setdef:{key}:{set_name}"
 
+    def compaction_lock(self, namespace: str, key: str, set_name: str) -> str:
+        """Single-flight lock of one set's compaction (value: the holder's token)."""
+        return f"{self.prefix}:{namespace}:compaction-lock:{key}:{set_name}"
+
+    def compaction_dirty(self, namespace: str, key: str, set_name: str) -> str:
+        """Set when a trigger found the lock taken: the running compaction re-checks once at its end."""
+        return f"{self.prefix}:{namespace}:compaction-dirty:{key}:{set_name}"
+
+    def compaction_pending(self, namespace: str, key: str, set_name: str) -> str:
+        """Set while a compaction task is queued, so writes past capacity enqueue one task, not one each."""
+        return f"{self.prefix}:{namespace}:compaction-pending:{key}:{set_name}"
+
+    def usage(self, namespace: str) -> str:
+        """Hash of counters: tokens per model, compactions, items folded, failures."""
+        return f"{self.prefix}:{namespace}:usage"
+
     def reply(self, namespace: str, task_id: str) -> str:
         """The list a worker pushes a task's outcome to, for a waiting client."""
         return f"{self.prefix}:{namespace}:reply:{task_id}"

@@ -78,6 +78,33 @@ class CreateSetRequest(Request):
     definition: MemorySet
 
 
+class CompactRequest(SetRequest):
+    """memory.compact: fold the set into summaries; ``force`` compacts even below capacity (on demand)."""
+
+    force: bool = False
+
+
+class CompactionReport(_Wire):
+    """What a compaction did. ``status``: compacted, under_capacity, busy (another run holds the lock)."""
+
+    status: str
+    items_before: int = 0
+    items_after: int = 0
+    items_folded: int = 0
+    summaries_written: int = 0
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    recovered: int = 0
+
+
+class SweepReport(_Wire):
+    """What a sweep did: sets looked at, and tasks enqueued for them."""
+
+    sets_checked: int
+    enqueued: int
+
+
 class AddReply(_Wire):
     """Ids written and made durable."""
 

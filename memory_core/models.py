@@ -203,12 +203,17 @@ class MemorySet(BaseModel):
         """The number of items in this set."""
         return self._bound().size(self)
 
+    def compact(self) -> Any:
+        """Compacts this set now and returns the ``CompactionReport``; see ``LongTermMemory.compact``."""
+        return self._bound().compact(self)
+
 
 class MemorySetItem(BaseModel):
     """One item of a memory set, as stored and returned.
 
-    ``additional_metadata`` holds only the caller's keys. ``score`` is set on search
-    hits only (higher = more relevant) and is ``None`` elsewhere.
+    ``additional_metadata`` holds only the caller's keys. ``compacted_from`` lists, on a
+    summary, the ids of the items it replaced. ``score`` is set on search hits only
+    (higher = more relevant) and is ``None`` elsewhere.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -220,4 +225,45 @@ class MemorySetItem(BaseModel):
     created_time: datetime | DatetimeRange
     last_accessed_time: datetime
     additional_metadata: dict[str, Any] = Field(default_factory=dict)
+    compacted_from: list[str] = Field(default_factory=list)
     score: float | None = None
+
+
+class TokenUsage(BaseModel):
+    """Tokens one model used, and how many calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+
+
+class Usage(BaseModel):
+    """Compaction counters of one namespace, kept in Redis by the workers."""
+
+    namespace: str
+    tokens: dict[str, TokenUsage] = Field(default_factory=dict)
+    compactions: int = 0
+    items_folded: int = 0
+    summaries_written: int = 0
+    failures: int = 0
+
+    @classmethod
+    def from_counters(cls, namespace: str, counters: dict[str, int]) -> Usage:
+        """Builds the report from the Redis hash (``input_tokens:<model>``, ``compactions``, ...)."""
+        tokens: dict[str, TokenUsage] = {}
+        plain: dict[str, int] = {}
+        fields = {"input_tokens": "input_tokens", "output_tokens": "output_tokens", "model_calls": "calls"}
+        for name, value in counters.items():
+            kind, _, model = name.partition(":")
+            if model and kind in fields:
+                setattr(tokens.setdefault(model, TokenUsage()), fields[kind], value)
+            else:
+                plain[name] = value
+        return cls(
+            namespace=namespace,
+            tokens=tokens,
+            compactions=plain.get("compactions", 0),
+            items_folded=plain.get("items_folded", 0),
+            summaries_written=plain.get("summaries_written", 0),
+            failures=plain.get("failures", 0),
+        )

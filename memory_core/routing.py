@@ -20,6 +20,8 @@ GET = "memory.get"
 SEARCH = "memory.search"
 SIZE = "memory.size"
 GET_SET = "memory.get_set"
+COMPACT = "memory.compact"
+COMPACTION_SWEEP = "memory.compaction_sweep"
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -30,6 +32,8 @@ ROUTES: dict[str, str] = {
     SEARCH: READ_QUEUE,
     SIZE: READ_QUEUE,
     GET_SET: READ_QUEUE,
+    COMPACT: COMPACTION_QUEUE,
+    COMPACTION_SWEEP: MAINTENANCE_QUEUE,
 }
 
 DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE})

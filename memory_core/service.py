@@ -9,10 +9,11 @@ so a redelivered message overwrites the same points with the same values.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from memory_core.embedders import Embedder
-from memory_core.errors import InvalidRequestError, MemorySetNotFound, SetDefinitionConflict
+from memory_core.errors import InvalidRequestError, MemoryCoreError, MemorySetNotFound, SetDefinitionConflict
 from memory_core.messages import (
     AddReply,
     AddRequest,
@@ -40,10 +41,18 @@ def embedding_text(item: MemorySetItem) -> str:
 class MemoryService:
     """Long-term memory operations over one store and one embedder (one instance per worker process)."""
 
-    def __init__(self, *, store: VectorStore, embedder: Embedder, limits: LimitsSettings) -> None:
+    def __init__(
+        self,
+        *,
+        store: VectorStore,
+        embedder: Embedder,
+        limits: LimitsSettings,
+        on_capacity: Callable[[Scope], object] | None = None,
+    ) -> None:
         self.store = store
         self.embedder = embedder
         self.limits = limits
+        self.on_capacity = on_capacity
 
     def _definition(self, scope: Scope) -> MemorySet:
         definition = self.store.get_set(*scope)
@@ -108,7 +117,17 @@ class MemoryService:
         records = [ItemRecord(item=item, seq=seq, vector=v) for (seq, item), v in zip(items, vectors, strict=True)]
         self.store.upsert(request.scope, records)
         logger.debug("added %d items to %s", len(records), request.scope)
+        self._check_capacity(request.scope, definition)
         return AddReply(ids=[item.id for item in request.items])
+
+    def _check_capacity(self, scope: Scope, definition: MemorySet) -> None:
+        if self.on_capacity is None or self.store.count(scope) < definition.capacity:
+            return
+        try:
+            self.on_capacity(scope)
+        except MemoryCoreError:
+            # The write is durable already; beat's compaction sweep will catch this set later.
+            logger.warning("could not enqueue the compaction of %s", scope, exc_info=True)
 
     def get(self, raw: dict[str, Any]) -> ItemsReply:
         """Items by id (unknown ids are absent), or all of them; insertion order."""

@@ -73,6 +73,16 @@ class AnthropicSettings(BaseModel):
     max_retries: int = Field(default=2, ge=0)
 
 
+class CompactionSettings(BaseModel):
+    """Compaction: batching to the model's context, locking, and the beat sweep."""
+
+    max_input_tokens: int = Field(default=60_000, ge=500)
+    max_output_tokens: int = Field(default=4_096, ge=64)
+    lock_ttl: int = Field(default=600, ge=5)
+    sweep_interval: float = Field(default=300.0, gt=0)
+    sweep_max_sets: int = Field(default=10_000, ge=1)
+
+
 class LimitsSettings(BaseModel):
     """What one call may carry; checked in the client before anything is enqueued, and again in the worker."""
 
@@ -118,6 +128,7 @@ class Settings(BaseSettings):
     embedder: EmbedderSettings = EmbedderSettings()
     anthropic: AnthropicSettings = AnthropicSettings()
     limits: LimitsSettings = LimitsSettings()
+    compaction: CompactionSettings = CompactionSettings()
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
 

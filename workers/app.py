@@ -52,7 +52,7 @@ def create_app(settings: Settings) -> Celery:
         worker_concurrency=settings.celery.concurrency,
         worker_send_task_events=True,
         worker_hijack_root_logger=False,
-        beat_schedule=beat_schedule.BEAT_SCHEDULE,
+        beat_schedule=_schedule(settings),
         timezone="UTC",
         enable_utc=True,
     )
@@ -66,6 +66,12 @@ def create_app(settings: Settings) -> Celery:
                 task.retry_backoff_max = settings.celery.retry_backoff_max
 
     return app
+
+
+def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    schedule = {name: dict(entry) for name, entry in beat_schedule.BEAT_SCHEDULE.items()}
+    schedule["compaction-sweep"]["schedule"] = settings.compaction.sweep_interval
+    return schedule
 
 
 @signals.worker_shutdown.connect

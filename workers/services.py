@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import redis
 from celery import Celery
 
-from memory_core.dispatch import open_redis
+from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
+from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.embedders import open_embedder
 from memory_core.keys import Keys
 from memory_core.service import MemoryService
@@ -31,11 +32,15 @@ class Services:
     settings: Settings
     keys: Keys
     redis: redis.Redis
+    dispatcher: Dispatcher
     memory: MemoryService
+    compactor: Compactor
+    compaction_trigger: CompactionTrigger
 
     def close(self) -> None:
-        """Flushes and releases the store (its directory lock) and Redis connections."""
+        """Flushes and releases the store (its directory lock), broker and Redis connections."""
         self.memory.store.close()
+        self.dispatcher.close()
         self.redis.close()
 
 
@@ -71,17 +76,35 @@ def close(app: Celery) -> None:
 
 
 def _build(settings: Settings) -> Services:
+    keys = Keys(settings.redis.key_prefix)
+    redis_client = open_redis(settings)
+    dispatcher = Dispatcher(settings, redis_client, keys)
     embedder = open_embedder(settings.embedder)
     store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
+    summarizer = open_summarizer(settings, embedder)
+    trigger = CompactionTrigger(
+        redis_client=redis_client, keys=keys, dispatcher=dispatcher, pending_ttl=settings.compaction.lock_ttl
+    )
     logger.info(
-        "worker services ready: store at %s, embedder %s, redis %s",
+        "worker services ready: store at %s, embedder %s, summarizer %s, redis %s",
         store.location,
         embedder.model_name,
+        type(summarizer).__name__,
         redact_url(settings.redis.url),
     )
     return Services(
         settings=settings,
-        keys=Keys(settings.redis.key_prefix),
-        redis=open_redis(settings),
-        memory=MemoryService(store=store, embedder=embedder, limits=settings.limits),
+        keys=keys,
+        redis=redis_client,
+        dispatcher=dispatcher,
+        memory=MemoryService(store=store, embedder=embedder, limits=settings.limits, on_capacity=trigger),
+        compactor=Compactor(
+            store=store,
+            embedder=embedder,
+            summarizer=summarizer,
+            redis_client=redis_client,
+            keys=keys,
+            settings=settings.compaction,
+        ),
+        compaction_trigger=trigger,
     )

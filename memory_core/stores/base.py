@@ -76,6 +76,7 @@ def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
         "created_is_range": isinstance(created, DatetimeRange),
         "last_accessed_time": _ts(item.last_accessed_time),
         "metadata": dict(item.additional_metadata),
+        "compacted_from": list(item.compacted_from),
     }
 
 
@@ -92,6 +93,7 @@ def from_payload(payload: Mapping[str, Any], score: float | None = None) -> Memo
             "created_time": created,
             "last_accessed_time": _dt(payload["last_accessed_time"]),
             "additional_metadata": payload.get("metadata") or {},
+            "compacted_from": payload.get("compacted_from") or [],
             "score": score,
         }
     )
@@ -166,6 +168,10 @@ class VectorStore(Protocol):
 
     def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
         """Removes a set definition; False when there was none. Items are deleted separately."""
+        ...
+
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        """Up to ``limit`` set definitions of every namespace, as ``(namespace, key, definition)``; for sweeps."""
         ...
 
     def close(self) -> None:

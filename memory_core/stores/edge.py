@@ -131,9 +131,8 @@ class EdgeVectorStore:
     def _scroll(self, shard: qe.EdgeShard, must: list[Any]) -> Iterator[dict[str, Any]]:
         offset: Any = None
         while True:
-            request = qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, filter=qe.Filter(must=must), with_payload=True
-            )
+            scroll_filter = qe.Filter(must=must) if must else None
+            request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=scroll_filter, with_payload=True)
             with _translated("scroll"):
                 records, offset = shard.scroll(request)
             for record in records:
@@ -189,6 +188,14 @@ class EdgeVectorStore:
         operation = qe.UpdateOperation.delete_points([set_point_id(namespace, key, set_name)])
         self._update(self._sets, operation, "set registry delete")
         return existed
+
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        found = []
+        for payload in self._scroll(self._sets, []):
+            found.append((payload["namespace"], payload["key"], set_from_payload(payload)))
+            if len(found) >= limit:
+                break
+        return found
 
     def close(self) -> None:
         with self._write_lock:

@@ -97,5 +97,10 @@ class InMemoryVectorStore:
         with self._lock:
             return self._sets.pop((namespace, key, set_name), None) is not None
 
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        with self._lock:
+            payloads = list(self._sets.values())[:limit]
+        return [(p["namespace"], p["key"], set_from_payload(p)) for p in payloads]
+
     def close(self) -> None:
         """Nothing to release."""

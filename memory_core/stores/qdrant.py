@@ -196,6 +196,19 @@ class QdrantVectorStore:
             self._client.delete(self._sets, points_selector=selector, wait=True)
         return existed
 
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        found: list[tuple[str, str, MemorySet]] = []
+        offset: qm.ExtendedPointId | None = None
+        while len(found) < limit:
+            with _translated("set registry scroll"):
+                records, offset = self._client.scroll(self._sets, limit=_SCROLL_PAGE, offset=offset, with_payload=True)
+            found.extend(
+                (r.payload["namespace"], r.payload["key"], set_from_payload(r.payload)) for r in records if r.payload
+            )
+            if offset is None:
+                break
+        return found[:limit]
+
     def close(self) -> None:
         with _translated("close"):
             self._client.close()

@@ -1,5 +1,5 @@
 """Celery tasks: thin adapters over one ``memory_core`` call each."""
 
-from workers.tasks import ingest, query
+from workers.tasks import compaction, ingest, query
 
-__all__ = ["ingest", "query"]
+__all__ = ["compaction", "ingest", "query"]

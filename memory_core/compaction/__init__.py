@@ -1,0 +1,22 @@
+"""Compaction: folding a memory set into topic summaries when it reaches capacity."""
+
+from __future__ import annotations
+
+from memory_core.compaction.compactor import Compactor
+from memory_core.compaction.summarizer import Summarizer, Summary, Topic
+from memory_core.compaction.trigger import CompactionTrigger
+from memory_core.embedders import Embedder
+from memory_core.settings import Settings
+
+__all__ = ["CompactionTrigger", "Compactor", "Summarizer", "Summary", "Topic", "open_summarizer"]
+
+
+def open_summarizer(settings: Settings, embedder: Embedder) -> Summarizer:
+    """Claude when an API key is set, else the offline extractive summarizer (logged, and said by the demo)."""
+    if settings.anthropic.api_key is not None:
+        from memory_core.compaction.claude import ClaudeSummarizer
+
+        return ClaudeSummarizer(settings.anthropic, max_output_tokens=settings.compaction.max_output_tokens)
+    from memory_core.compaction.extractive import ExtractiveSummarizer
+
+    return ExtractiveSummarizer(embedder)

@@ -1,0 +1,34 @@
+"""A Redis lock with an owner token and an expiry: released or extended only by its holder."""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+_EXTEND = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+)
+
+
+class RedisLock:
+    """Single flight across processes and machines. Expiry bounds how long a crashed holder blocks others."""
+
+    def __init__(self, client: redis.Redis, key: str, ttl_seconds: int) -> None:
+        self._client = client
+        self.key = key
+        self._ttl_ms = ttl_seconds * 1000
+        self._token = uuid.uuid4().hex
+
+    def acquire(self) -> bool:
+        """Takes the lock if it is free; returns whether this call got it."""
+        return bool(self._client.set(self.key, self._token, nx=True, px=self._ttl_ms))
+
+    def extend(self) -> bool:
+        """Restarts the expiry; False if the lock was lost (expired and taken by another holder)."""
+        return bool(self._client.eval(_EXTEND, 1, self.key, self._token, self._ttl_ms))
+
+    def release(self) -> None:
+        """Frees the lock if this holder still has it."""
+        self._client.eval(_RELEASE, 1, self.key, self._token)

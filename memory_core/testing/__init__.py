@@ -1,0 +1,1 @@
+"""Test helpers shipped with the library: a fake Anthropic Messages API."""

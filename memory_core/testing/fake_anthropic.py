@@ -1,0 +1,153 @@
+"""A fake Anthropic Messages API on loopback, for tests and benchmarks of the real ``anthropic`` SDK.
+
+It answers ``POST /v1/messages`` like the real API answers a forced tool call,
+records every request, and can be told to misbehave: return HTTP errors, stall
+past the client's timeout, send malformed or garbage bodies, out-of-range
+indices, or more topics than asked. The grouping it returns is decided by
+``grouping`` (a function of the item count and the limit), so tests can assert
+that the indices were honoured.
+
+    with FakeAnthropic() as fake:
+        settings.anthropic.base_url = fake.url
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+Grouping = Callable[[int, int], list[list[int]]]
+
+_INDEX = re.compile(r'^\{"index": (\d+)', re.MULTILINE)
+
+
+def contiguous(count: int, limit: int) -> list[list[int]]:
+    """Splits ``count`` items into ``limit`` runs of consecutive indices (the default grouping)."""
+    groups = min(limit, count)
+    size = -(-count // groups) if groups else 0
+    return [list(range(start, min(start + size, count))) for start in range(0, count, size)] if count else []
+
+
+@dataclass
+class Behaviour:
+    """What the fake does with the next requests. ``failures`` requests fail with ``mode`` first, then ``ok``."""
+
+    mode: str = "ok"  # ok | http_500 | http_429 | stall | malformed | garbage | out_of_range | too_many | no_tool
+    failures: int = 1_000_000
+    grouping: Grouping = contiguous
+    stall_seconds: float = 5.0
+
+
+@dataclass
+class FakeAnthropic:
+    """The server; ``requests`` holds every decoded request body in order."""
+
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The base URL to give the SDK."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def behave(self, mode: str = "ok", *, failures: int = 1_000_000, grouping: Grouping = contiguous) -> None:
+        """Sets the behaviour of the following requests."""
+        with self._lock:
+            self.behaviour = Behaviour(mode=mode, failures=failures, grouping=grouping)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        """The status and body of the reply to one request."""
+        with self._lock:
+            self.requests.append(body)
+            behaviour = self.behaviour
+            mode = behaviour.mode if behaviour.failures > 0 else "ok"
+            if behaviour.failures > 0 and behaviour.mode != "ok":
+                behaviour.failures -= 1
+        text = "\n".join(m["content"] for m in body.get("messages", []) if isinstance(m.get("content"), str))
+        count = len(_INDEX.findall(text))
+        limit = _limit(body)
+        if mode in {"http_500", "http_429"}:
+            return int(mode[-3:]), json.dumps(
+                {"type": "error", "error": {"type": "api_error", "message": mode}}
+            ).encode()
+        if mode == "stall":
+            time.sleep(behaviour.stall_seconds)
+        if mode == "garbage":
+            return 200, b"<html>not json</html>"
+        groups = behaviour.grouping(count, limit)
+        if mode == "out_of_range":
+            groups = [[*groups[0], count + 7]] + groups[1:]
+        if mode == "too_many":
+            groups = [[i] for i in range(count)]
+        topics: Any = [
+            {"summary": f"Summary of items {', '.join(map(str, g))}.", "item_indices": g} for g in groups if g
+        ]
+        if mode == "malformed":
+            topics = {"not": "a list"}
+        return 200, json.dumps(
+            _message(body, {"topics": topics}, tool=mode != "no_tool", input_chars=len(text))
+        ).encode()
+
+
+def _limit(body: dict[str, Any]) -> int:
+    found = re.search(r"at most (\d+) topics", json.dumps(body.get("messages", "")))
+    return int(found.group(1)) if found else 1
+
+
+def _message(request: dict[str, Any], tool_input: dict[str, Any], *, tool: bool, input_chars: int) -> dict[str, Any]:
+    block: dict[str, Any] = (
+        {"type": "tool_use", "id": "toolu_fake_1", "name": "record_topics", "input": tool_input}
+        if tool
+        else {"type": "text", "text": "I would rather chat."}
+    )
+    return {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "fake"),
+        "content": [block],
+        "stop_reason": "tool_use" if tool else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_chars // 4 + 200, "output_tokens": len(json.dumps(tool_input)) // 4},
+    }
+
+
+def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", "0"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            status, payload = fake.respond(body)
+            try:
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a stall past its timeout): nothing to answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: tests read ``requests`` instead."""
+
+    return Handler
