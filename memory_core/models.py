@@ -203,9 +203,9 @@ class MemorySet(BaseModel):
         """The number of items in this set."""
         return self._bound().size(self)
 
-    def compact(self) -> Any:
+    def compact(self, *, timeout: float | None = None) -> Any:
         """Compacts this set now and returns the ``CompactionReport``; see ``LongTermMemory.compact``."""
-        return self._bound().compact(self)
+        return self._bound().compact(self, timeout=timeout)
 
 
 class MemorySetItem(BaseModel):

@@ -58,7 +58,8 @@ def create_app(settings: Settings) -> Celery:
     )
     services.register(app, settings)
 
-    @app.on_after_finalize.connect
+    # weak=False: a local function held weakly would be collected before the app finalizes.
+    @app.on_after_finalize.connect(weak=False)
     def _apply_retry_policy(sender: Celery, **_: Any) -> None:
         for task in sender.tasks.values():
             if isinstance(task, MemoryTask):

@@ -85,7 +85,11 @@ class Compactor:
             raise MemorySetNotFound(f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}")
         lock = RedisLock(self.redis, self.keys.compaction_lock(*scope), self.settings.lock_ttl)
         if not lock.acquire():
-            self.redis.set(self.keys.compaction_dirty(*scope), "1", ex=self.settings.lock_ttl)
+            # The running compaction re-checks once at its end; this task's trigger is handed over to it.
+            with self.redis.pipeline() as pipe:
+                pipe.set(self.keys.compaction_dirty(*scope), "1", ex=self.settings.lock_ttl)
+                pipe.delete(self.keys.compaction_pending(*scope))
+                pipe.execute()
             return CompactionReport(status="busy")
         try:
             self.redis.delete(self.keys.compaction_pending(*scope))
@@ -157,8 +161,9 @@ class Compactor:
             last_accessed_time=max(s.last_accessed_time for s in sources),
             compacted_from=source_ids,
         )
-        # Ordered where its oldest source was (seq is nanoseconds since the epoch, like the client's).
-        return ItemRecord(item=item, seq=int(start.timestamp() * 1e9), vector=())
+        # Ordered where its first source was: the client's seq is nanoseconds since the epoch plus the item's
+        # place in its add call, and a batch is in insertion order, so this keeps summaries in source order.
+        return ItemRecord(item=item, seq=int(start.timestamp() * 1e9) + min(topic.item_indices), vector=())
 
     def _delete_sources(self, scope: Scope, sources: Sequence[MemorySetItem]) -> int:
         captured = {s.id: s.created_time for s in sources}

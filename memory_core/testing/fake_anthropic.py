@@ -50,6 +50,8 @@ class FakeAnthropic:
 
     behaviour: Behaviour = field(default_factory=Behaviour)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    max_in_flight: int = 0
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -62,10 +64,19 @@ class FakeAnthropic:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def behave(self, mode: str = "ok", *, failures: int = 1_000_000, grouping: Grouping = contiguous) -> None:
-        """Sets the behaviour of the following requests."""
+    def behave(
+        self,
+        mode: str = "ok",
+        *,
+        failures: int = 1_000_000,
+        grouping: Grouping = contiguous,
+        stall_seconds: float = 5.0,
+    ) -> None:
+        """Sets the behaviour of the following requests, and forgets the ones recorded so far."""
         with self._lock:
-            self.behaviour = Behaviour(mode=mode, failures=failures, grouping=grouping)
+            self.behaviour = Behaviour(mode=mode, failures=failures, grouping=grouping, stall_seconds=stall_seconds)
+            self.requests.clear()
+            self.max_in_flight = self.in_flight
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -137,7 +148,14 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
-            status, payload = fake.respond(body)
+            with fake._lock:
+                fake.in_flight += 1
+                fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            try:
+                status, payload = fake.respond(body)
+            finally:
+                with fake._lock:
+                    fake.in_flight -= 1
             try:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")

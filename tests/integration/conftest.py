@@ -18,6 +18,7 @@ from celery.contrib.testing.worker import start_worker
 
 from memory_core import MemoryClient
 from memory_core.settings import Settings
+from memory_core.testing.fake_anthropic import FakeAnthropic
 from workers import services
 from workers.app import create_app
 
@@ -53,8 +54,22 @@ def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settin
 
 
 @pytest.fixture(scope="session")
-def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return make_settings(redis_url, tmp_path_factory.mktemp("qdrant"))
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    """The fake Messages API the session's worker summarizes through (the real anthropic SDK talks to it)."""
+    with FakeAnthropic() as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def _fake_behaves(request: pytest.FixtureRequest) -> None:
+    if "fake_anthropic" in request.fixturenames:
+        request.getfixturevalue("fake_anthropic").behave("ok")
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthropic) -> Settings:
+    anthropic = {"api_key": "sk-ant-test-not-real", "base_url": fake_anthropic.url, "max_retries": 0, "timeout": 5}
+    return make_settings(redis_url, tmp_path_factory.mktemp("qdrant"), anthropic=anthropic)
 
 
 @pytest.fixture(scope="session")

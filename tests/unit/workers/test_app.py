@@ -1,0 +1,35 @@
+from pathlib import Path
+
+import pytest
+
+from memory_core import routing
+from memory_core.errors import ConfigurationError
+from memory_core.settings import Settings
+from workers.app import create_app
+
+
+def _settings(tmp_path: Path, **celery: object) -> Settings:
+    return Settings(_env_file=None, qdrant={"path": tmp_path}, celery=celery)  # type: ignore[arg-type]
+
+
+def test_retry_policy_from_settings_reaches_every_task(tmp_path: Path):
+    app = create_app(_settings(tmp_path, max_retries=7, retry_backoff_max=9))
+    app.finalize()
+    for name in routing.ROUTES:
+        assert app.tasks[name].max_retries == 7
+        assert app.tasks[name].retry_backoff_max == 9
+
+
+def test_the_app_speaks_json_only_with_late_acks(tmp_path: Path):
+    conf = create_app(_settings(tmp_path)).conf
+    assert conf.accept_content == ["json"]
+    assert conf.task_serializer == "json"
+    assert conf.task_acks_late is True
+    assert conf.worker_prefetch_multiplier == 1
+    assert {q.name for q in conf.task_queues} == set(routing.QUEUES)
+    assert conf.beat_schedule["compaction-sweep"]["task"] == routing.COMPACTION_SWEEP
+
+
+def test_prefork_is_refused_with_the_embedded_engine(tmp_path: Path):
+    with pytest.raises(ConfigurationError, match="threads"):
+        create_app(_settings(tmp_path, pool="prefork", concurrency=2))
