@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def requests_about(fake: FakeAnthropic, marker: str) -> list[dict]:
+def requests_about(fake: FakeAnthropic, marker: str) -> list[dict[str, Any]]:
     """The recorded requests whose items mention ``marker`` (the fake serves the whole session)."""
     return [r for r in fake.requests if marker in json.dumps(r["messages"])]
 
