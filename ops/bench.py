@@ -3,9 +3,11 @@
 Measured in one run on the same texts:
   (a) the embedder alone (the ceiling of the write path),
   (b) client -> broker -> worker -> embed -> embedded Qdrant -> durable, in batched add calls,
-  and search p50/p95 through the queue (client -> worker -> reply).
+  and search p50/p95 through the queue (client -> worker -> reply);
+  then compaction of a set of --compaction-items: with the offline extractive summarizer, and with
+  the real anthropic SDK against a fake Messages API on loopback (model calls and tokens per 1,000 items).
 
-    ops/bench [--items 2000] [--batch 100] [--searches 200]
+    ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000]
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from stack import RUN_DIR, redis_server, worker
 
-from memory_core import MemoryClient, load_settings
+from memory_core import CompactionConfig, MemoryClient, load_settings
 from memory_core.embedders.minilm import MiniLMEmbedder
+from memory_core.messages import CompactionReport
+from memory_core.testing.fake_anthropic import FakeAnthropic
 
 SUBJECTS = ["Alice", "Bob", "the support agent", "our CFO", "Maya", "the on-call engineer", "Chen", "the customer"]
 VERBS = ["prefers", "asked about", "complained about", "ordered", "cancelled", "recommended", "forgot", "scheduled"]
@@ -73,11 +77,26 @@ def _embed_rate(embedder: MiniLMEmbedder, texts: list[str], threads: int) -> flo
     return len(texts) / (time.perf_counter() - started)
 
 
+def _compaction(client: MemoryClient, texts: list[str], name: str) -> tuple[CompactionReport, float]:
+    """Fills a set with ``texts`` (below its capacity, so nothing triggers), then times one compaction."""
+    ltm = client.long_term("bench", "compaction")
+    ltm.delete_memory_set(name)
+    memory_set = ltm.get_or_create_memory_set(
+        name, capacity=len(texts) + 1, compaction_config=CompactionConfig(limit=10)
+    )
+    for start in range(0, len(texts), 500):
+        memory_set.add(texts[start : start + 500])
+    started = time.perf_counter()
+    report = ltm.compact(memory_set, timeout=900)
+    return report, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--searches", type=int, default=200)
+    parser.add_argument("--compaction-items", type=int, default=1000)
     args = parser.parse_args()
 
     data_dir = RUN_DIR / "bench-qdrant"
@@ -129,6 +148,13 @@ def main() -> None:
             t0 = time.perf_counter()
             notes.search(query, limit=10)
             latencies.append((time.perf_counter() - t0) * 1000)
+        extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
+
+    with FakeAnthropic() as fake:
+        fake_env = {**env, "MEMORY_ANTHROPIC__API_KEY": "sk-ant-bench-fake", "MEMORY_ANTHROPIC__BASE_URL": fake.url}
+        os.environ.update(fake_env)
+        with worker(fake_env, name="bench-worker-claude"), MemoryClient(load_settings()) as client:
+            claude, claude_s = _compaction(client, texts[: args.compaction_items], "claude")
 
     print(
         f"\nmemory-core bench: {len(texts)} items, batches of {args.batch}, {args.searches} searches "
@@ -144,6 +170,19 @@ def main() -> None:
     print(f"| search through the queue, p50 | {statistics.median(latencies):.1f} ms |")
     print(f"| search through the queue, p95 | {percentile(latencies, 0.95):.1f} ms |")
     print(f"| of which: one query embedding, p50 | {query_embed_ms:.1f} ms |")
+    per_1000 = 1000 / max(claude.items_folded, 1)
+    print(
+        f"| compaction, extractive, {extractive.items_before} items (limit 10) | {extractive_s:.2f} s, "
+        f"{extractive.items_before} -> {extractive.items_after} items |"
+    )
+    print(
+        f"| compaction, Claude SDK vs fake API, {claude.items_before} items | {claude_s:.2f} s, "
+        f"{claude.items_before} -> {claude.items_after} items |"
+    )
+    print(
+        f"| per 1,000 items folded (fake API) | {claude.model_calls * per_1000:.1f} model calls, "
+        f"{claude.input_tokens * per_1000:,.0f} input + {claude.output_tokens * per_1000:,.0f} output tokens |"
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,15 @@ import time
 
 from stack import ROOT, redis_server, worker
 
-from memory_core import ChatMessage, MemoryClient, MemorySetNotFound, MessageRole, load_settings
+from memory_core import (
+    ChatMessage,
+    CompactionConfig,
+    LongTermMemory,
+    MemoryClient,
+    MemorySetNotFound,
+    MessageRole,
+    load_settings,
+)
 
 NAMESPACE = "demo"
 
@@ -39,6 +47,17 @@ CHAT = [
     (MessageRole.ASSISTANT, "Booked a table for two at 8pm on Friday and noted the peanut allergy."),
 ]
 
+JOURNAL = [
+    "Standup: the payments migration is blocked on the PCI review.",
+    "The PCI review is scheduled for Thursday with the security team.",
+    "Payments migration: dry run succeeded on staging last night.",
+    "Hiring: two backend candidates passed the final interview.",
+    "Hiring: offer letters go out on Monday after the budget sign-off.",
+    "Office: the Lyon office moves to the new building in June.",
+    "Office: desks and network for the new building are ordered.",
+    "Payments migration go-live is planned for the first week of July.",
+]
+
 QUERIES = [
     ("what does Alice like to drink?", None),
     ("where does Alice live now?", None),
@@ -46,6 +65,22 @@ QUERIES = [
     ("how should we contact her?", {"source": "crm"}),
     ("upcoming travel plans", None),
 ]
+
+
+def _compaction_demo(alice: LongTermMemory, claude: bool) -> None:
+    summarizer = "Claude" if claude else "the offline extractive summarizer (no MEMORY_ANTHROPIC__API_KEY is set)"
+    journal = alice.get_or_create_memory_set(
+        "journal", item_type=str, capacity=6, compaction_config=CompactionConfig(limit=3)
+    )
+    journal.add(JOURNAL)
+    print(f"\nwrote {len(JOURNAL)} notes to 'journal' (capacity 6, limit 3): a compaction runs on its own queue,")
+    print(f"folding them with {summarizer}")
+    deadline = time.monotonic() + 60
+    while journal.size() >= 6 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for item in journal.get():
+        label = f"summary of {len(item.compacted_from)} notes" if item.compacted else "kept as is"
+        print(f"    [{label}] {item.value}")
 
 
 def _env() -> dict[str, str]:
@@ -65,7 +100,7 @@ def main() -> None:
         MemoryClient(settings) as client,
     ):
         alice = client.long_term(NAMESPACE, "alice")
-        for name in ("facts", "chat"):
+        for name in ("facts", "chat", "journal"):
             alice.delete_memory_set(name)  # a fresh start on every run
 
         facts = alice.get_or_create_memory_set("facts", item_type=str, capacity=1000)
@@ -89,6 +124,8 @@ def main() -> None:
             for hit in hits:
                 print(f"    {hit.score:.3f}  {hit.value}  [{hit.additional_metadata.get('source')}]")
 
+        _compaction_demo(alice, settings.anthropic.api_key is not None)
+
         (hit,) = chat.search("what did the user say about allergies?", limit=1)
         print(f"\nchat search 'allergies' -> {hit.value}  ({hit.score:.3f})")
         try:
@@ -101,7 +138,6 @@ def main() -> None:
     print(f"    vectors + payloads: embedded Qdrant Edge at {settings.qdrant.path.resolve()}")
     print(f"    broker + caches:    Redis at {settings.redis.url} (prefix {settings.redis.key_prefix!r})")
     print(f"    worker log:         {ROOT / 'ops' / '.run' / 'demo-worker.log'}")
-    print("    compaction:         not part of this build yet (issue: capacity-triggered compaction)")
     print("\ndone; the worker (and any Redis this demo started) has been stopped.")
 
 

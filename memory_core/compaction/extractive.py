@@ -53,15 +53,23 @@ class ExtractiveSummarizer:
         texts = [str(item) for item in items]
         if not texts:
             return Summary(topics=[], model="extractive")
-        vectors = np.asarray(self._embedder.embed(texts), dtype=np.float32)
+        # One embedding per distinct text for the whole call: a one-sentence item is its own sentence.
+        cache: dict[str, np.ndarray] = {}
+        vectors = self._vectors(texts, cache)
         groups = _cluster(vectors, min(config.limit, len(texts)))
-        topics = [Topic(summary=self._summary(texts, group), item_indices=tuple(group)) for group in groups]
+        topics = [Topic(summary=self._summary(texts, group, cache), item_indices=tuple(group)) for group in groups]
         return Summary(topics=topics, model="extractive")
 
-    def _summary(self, texts: list[str], group: list[int]) -> str:
+    def _vectors(self, texts: list[str], cache: dict[str, np.ndarray]) -> np.ndarray:
+        missing = [t for t in dict.fromkeys(texts) if t not in cache]
+        if missing:
+            cache.update(zip(missing, np.asarray(self._embedder.embed(missing), dtype=np.float32), strict=True))
+        return np.stack([cache[t] for t in texts])
+
+    def _summary(self, texts: list[str], group: list[int], cache: dict[str, np.ndarray]) -> str:
         sentences = [(i, s.strip()) for i in group for s in _SENTENCE_END.split(texts[i]) if s.strip()]
         unique = list(dict.fromkeys(s for _, s in sentences))
-        vectors = np.asarray(self._embedder.embed(unique), dtype=np.float32)
+        vectors = self._vectors(unique, cache)
         centre = vectors.mean(axis=0)
         ranked = np.argsort(-(vectors @ centre), kind="stable")[:_SENTENCES_PER_SUMMARY]
         chosen = sorted(int(r) for r in ranked)  # keep the order they were said in
