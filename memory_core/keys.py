@@ -37,6 +37,42 @@ class Keys:
         """Hash of counters: tokens per model, compactions, items folded, failures."""
         return f"{self.prefix}:{namespace}:usage"
 
+    def set_version(self, namespace: str, key: str, set_name: str) -> str:
+        """Counter bumped by every mutation of a set; part of every item and search cache key."""
+        return f"{self.prefix}:{namespace}:version:{key}:{set_name}"
+
+    def cached_item(self, namespace: str, key: str, set_name: str, version: int, item_id: str) -> str:
+        """One item as of a set version (L1 and L2)."""
+        return f"{self.prefix}:{namespace}:item:{key}:{set_name}:{version}:{item_id}"
+
+    def cached_search(self, namespace: str, key: str, set_name: str, version: int, digest: str) -> str:
+        """A search result as of a set version; ``digest`` hashes query, limit, filters and mode."""
+        return f"{self.prefix}:{namespace}:search:{key}:{set_name}:{version}:{digest}"
+
+    def cached_embedding(self, namespace: str, model: str, digest: str) -> str:
+        """An embedding by model and text hash, per namespace (no cross-tenant timing hints)."""
+        return f"{self.prefix}:{namespace}:embedding:{model}:{digest}"
+
+    def write_lock(self, namespace: str, key: str, set_name: str) -> str:
+        """Serializes deduplicating writers of one set."""
+        return f"{self.prefix}:{namespace}:write-lock:{key}:{set_name}"
+
+    def access_log(self, namespace: str) -> str:
+        """Hash of pending access times (``key\x1fset\x1fitem`` -> epoch seconds) for the flush task."""
+        return f"{self.prefix}:{namespace}:access"
+
+    def access_namespaces(self) -> str:
+        """Namespaces with pending access times."""
+        return f"{self.prefix}:{_OPS}:access-namespaces"
+
+    def sweep_lock(self, name: str) -> str:
+        """Held by the one sweep of ``name`` that runs per tick, however many beats enqueue it."""
+        return f"{self.prefix}:{_OPS}:sweep-lock:{name}"
+
+    def maintenance_stats(self) -> str:
+        """Counters of maintenance runs: ``<sweep>:ran``, ``<sweep>:skipped``, items affected."""
+        return f"{self.prefix}:{_OPS}:maintenance"
+
     def reply(self, namespace: str, task_id: str) -> str:
         """The list a worker pushes a task's outcome to, for a waiting client."""
         return f"{self.prefix}:{namespace}:reply:{task_id}"

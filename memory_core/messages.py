@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from memory_core.models import ChatMessage, ItemId, Key, MemorySet, MemorySetItem, Namespace, Scope, SetName
 
@@ -50,6 +50,17 @@ class NewItem(_Wire):
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_time: datetime
     seq: int = Field(ge=0)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    source: str | None = Field(default=None, max_length=200)
+    pinned: bool = False
+    ttl: int | None = Field(default=None, ge=1)
+    expires_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _one_expiry(self) -> NewItem:
+        if self.ttl is not None and self.expires_at is not None:
+            raise ValueError(f"item {self.id!r} has both ttl and expires_at; give one")
+        return self
 
 
 class AddRequest(SetRequest):
@@ -103,6 +114,16 @@ class SweepReport(_Wire):
 
     sets_checked: int
     enqueued: int
+
+
+class MaintenanceReport(_Wire):
+    """What one maintenance sweep did; ``skipped`` when another run of it holds this tick."""
+
+    sweep: str
+    status: str
+    items: int = 0
+    sets: int = 0
+    seconds: float = 0.0
 
 
 class AddReply(_Wire):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -114,6 +114,22 @@ class DatetimeRange(BaseModel):
         return self
 
 
+class EvictionPolicy(BaseModel):
+    """Keep a set at ``max_items`` by evicting the least recently read (``lru``) or least important items.
+
+    ``importance`` evicts the lowest importance first, then the least recently read. Pinned items are
+    never evicted.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_items: int = Field(ge=1)
+    policy: Literal["lru", "importance"] = "lru"
+
+
+DedupMode = Literal["exact", "semantic", "none"]
+
+
 def _item_type_name(item_type: type[str | ChatMessage]) -> str:
     return "ChatMessage" if item_type is ChatMessage else "str"
 
@@ -141,6 +157,9 @@ class MemorySet(BaseModel):
     capacity: int = Field(default=100, ge=1, le=1_000_000)
     compaction_config: CompactionConfig = CompactionConfig()
     ttl_seconds: int | None = Field(default=None, ge=1)
+    eviction: EvictionPolicy | None = None
+    dedup: DedupMode | None = None
+    dedup_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
 
     # Typed loosely: pydantic would otherwise need the client module to build this model.
     _ltm: Any = PrivateAttr(default=None)
@@ -163,6 +182,13 @@ class MemorySet(BaseModel):
 
     def __hash__(self) -> int:
         return hash((self.name, _item_type_name(self.item_type), self.capacity))
+
+    @property
+    def effective_dedup(self) -> DedupMode:
+        """``dedup``, or its default: ``exact`` for text sets, ``none`` for chat sets (a repeated "yes" is a turn)."""
+        if self.dedup is not None:
+            return self.dedup
+        return "none" if self.item_type is ChatMessage else "exact"
 
     def bind(self, ltm: LongTermMemory) -> MemorySet:
         """Returns a copy whose convenience methods call ``ltm``."""
@@ -212,8 +238,10 @@ class MemorySetItem(BaseModel):
     """One item of a memory set, as stored and returned.
 
     ``additional_metadata`` holds only the caller's keys. ``compacted_from`` lists, on a
-    summary, the ids of the items it replaced. ``score`` is set on search hits only
-    (higher = more relevant) and is ``None`` elsewhere.
+    summary, the ids of the items it replaced. ``importance`` (0..1), ``source``, ``pinned``
+    and ``expires_at`` drive eviction and expiry. ``seq`` is the item's place in insertion
+    order (set by the store). ``score`` is set on search hits only (higher = more relevant)
+    and is ``None`` elsewhere.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -226,7 +254,16 @@ class MemorySetItem(BaseModel):
     last_accessed_time: datetime
     additional_metadata: dict[str, Any] = Field(default_factory=dict)
     compacted_from: list[str] = Field(default_factory=list)
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    source: str | None = None
+    pinned: bool = False
+    expires_at: datetime | None = None
+    seq: int | None = None
     score: float | None = None
+
+    def is_expired(self, now: datetime) -> bool:
+        """Expired items are invisible to every read; pinned ones never expire by policy."""
+        return not self.pinned and self.expires_at is not None and self.expires_at <= now
 
 
 class TokenUsage(BaseModel):

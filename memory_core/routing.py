@@ -22,6 +22,9 @@ SIZE = "memory.size"
 GET_SET = "memory.get_set"
 COMPACT = "memory.compact"
 COMPACTION_SWEEP = "memory.compaction_sweep"
+TTL_SWEEP = "memory.ttl_sweep"
+FLUSH_ACCESS = "memory.flush_access"
+EVICT = "memory.evict"
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -34,6 +37,9 @@ ROUTES: dict[str, str] = {
     GET_SET: READ_QUEUE,
     COMPACT: COMPACTION_QUEUE,
     COMPACTION_SWEEP: MAINTENANCE_QUEUE,
+    TTL_SWEEP: MAINTENANCE_QUEUE,
+    FLUSH_ACCESS: MAINTENANCE_QUEUE,
+    EVICT: MAINTENANCE_QUEUE,
 }
 
 DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE})

@@ -9,9 +9,17 @@ so a redelivered message overwrites the same points with the same values.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
+import numpy as np
+
+from memory_core.cache.embeddings import EmbeddingCache
+from memory_core.coordination import Coordinator
 from memory_core.embedders import Embedder
 from memory_core.errors import InvalidRequestError, MemoryCoreError, MemorySetNotFound, SetDefinitionConflict
 from memory_core.messages import (
@@ -21,6 +29,7 @@ from memory_core.messages import (
     CreateSetRequest,
     IdsRequest,
     ItemsReply,
+    NewItem,
     SearchRequest,
     SetReply,
     SetRequest,
@@ -28,6 +37,7 @@ from memory_core.messages import (
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.settings import LimitsSettings
 from memory_core.stores import ItemRecord, VectorStore
+from memory_core.stores.base import text_hash
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse
 
 logger = logging.getLogger(__name__)
@@ -39,7 +49,11 @@ def embedding_text(item: MemorySetItem) -> str:
 
 
 class MemoryService:
-    """Long-term memory operations over one store and one embedder (one instance per worker process)."""
+    """Long-term memory operations over one store and one embedder (one instance per worker process).
+
+    With a ``coordinator`` (Redis) it bumps set versions on every mutation (cache invalidation),
+    records read access times (for LRU), and serializes deduplicating writers across processes.
+    """
 
     def __init__(
         self,
@@ -48,11 +62,23 @@ class MemoryService:
         embedder: Embedder,
         limits: LimitsSettings,
         on_capacity: Callable[[Scope], object] | None = None,
+        coordinator: Coordinator | None = None,
+        embeddings: EmbeddingCache | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.limits = limits
         self.on_capacity = on_capacity
+        self.coordinator = coordinator
+        self.embeddings = embeddings
+        self._local_locks: dict[Scope, threading.Lock] = {}
+        self._local_locks_guard = threading.Lock()
+
+    def embed(self, namespace: str, texts: list[str]) -> list[list[float]]:
+        """Vectors for ``texts``, through the embedding cache when there is one."""
+        if self.embeddings is not None:
+            return self.embeddings.embed(namespace, texts)
+        return self.embedder.embed(texts)
 
     def _definition(self, scope: Scope) -> MemorySet:
         definition = self.store.get_set(*scope)
@@ -61,6 +87,25 @@ class MemoryService:
                 f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}, key {scope.key!r}"
             )
         return definition
+
+    def _changed(self, scope: Scope) -> None:
+        if self.coordinator is not None:
+            self.coordinator.bump(scope)
+
+    def _accessed(self, scope: Scope, items: list[MemorySetItem]) -> None:
+        if self.coordinator is not None and items:
+            self.coordinator.record_access(scope, [i.id for i in items])
+
+    @contextmanager
+    def _write_lock(self, scope: Scope) -> Iterator[None]:
+        if self.coordinator is not None:
+            with self.coordinator.set_lock(scope):
+                yield
+            return
+        with self._local_locks_guard:
+            lock = self._local_locks.setdefault(scope, threading.Lock())
+        with lock:
+            yield
 
     def create_set(self, raw: dict[str, Any]) -> SetReply:
         """Get-or-create: the first definition wins; a different one for the same name is a conflict."""
@@ -85,10 +130,16 @@ class MemoryService:
         """Deletes the items, then the definition (a crash in between leaves a retryable, harmless state)."""
         request = parse(SetRequest, raw, "delete_set request")
         self.store.delete(request.scope, None)
-        return CountReply(count=int(self.store.delete_set(*request.scope)))
+        existed = self.store.delete_set(*request.scope)
+        self._changed(request.scope)
+        return CountReply(count=int(existed))
 
     def add(self, raw: dict[str, Any]) -> AddReply:
-        """Embeds and upserts the items; durable when this returns."""
+        """Embeds and upserts the items (or folds duplicates into existing ones); durable when this returns.
+
+        Returns, for each item sent, the id it is stored under: its own, or that of the existing item a
+        deduplicating set folded it into.
+        """
         request = parse(AddRequest, raw, "add request")
         definition = self._definition(request.scope)
         if len(request.items) > self.limits.max_items_per_call:
@@ -96,29 +147,92 @@ class MemoryService:
                 f"add carries {len(request.items)} items; at most {self.limits.max_items_per_call} are allowed"
             )
         latest = {item.id: item for item in request.items}  # a repeated id in one call: the last one wins
-        items = []
-        for new in latest.values():
-            check_value(new.value, definition.item_type, f"item {new.id!r}", self.limits)
-            check_metadata(new.metadata, f"metadata of item {new.id!r}", self.limits)
-            items.append(
-                (
-                    new.seq,
-                    MemorySetItem(
-                        memory_set_name=definition.name,
-                        id=new.id,
-                        value=new.value,
-                        created_time=new.created_time,
-                        last_accessed_time=new.created_time,
-                        additional_metadata=new.metadata,
-                    ),
-                )
-            )
-        vectors = self.embedder.embed([embedding_text(item) for _, item in items])
-        records = [ItemRecord(item=item, seq=seq, vector=v) for (seq, item), v in zip(items, vectors, strict=True)]
-        self.store.upsert(request.scope, records)
-        logger.debug("added %d items to %s", len(records), request.scope)
+        items = [self._new_item(definition, new) for new in latest.values()]
+        if definition.effective_dedup == "none":
+            vectors = self.embed(request.namespace, [embedding_text(item) for item, _ in items])
+            self._upsert(request.scope, items, vectors)
+            stored_as = {item.id: item.id for item, _ in items}
+        else:
+            with self._write_lock(request.scope):
+                stored_as = self._add_deduplicated(request.scope, definition, items)
+        self._changed(request.scope)
+        logger.debug("added %d items to %s", len(items), request.scope)
         self._check_capacity(request.scope, definition)
-        return AddReply(ids=[item.id for item in request.items])
+        return AddReply(ids=[stored_as[item.id] for item in request.items])
+
+    def _new_item(self, definition: MemorySet, new: NewItem) -> tuple[MemorySetItem, int]:
+        check_value(new.value, definition.item_type, f"item {new.id!r}", self.limits)
+        check_metadata(new.metadata, f"metadata of item {new.id!r}", self.limits)
+        expires_at = new.expires_at
+        ttl = new.ttl if new.ttl is not None else definition.ttl_seconds
+        if expires_at is None and ttl is not None:
+            expires_at = new.created_time + timedelta(seconds=ttl)
+        item = MemorySetItem(
+            memory_set_name=definition.name,
+            id=new.id,
+            value=new.value,
+            created_time=new.created_time,
+            last_accessed_time=new.created_time,
+            additional_metadata=new.metadata,
+            importance=new.importance,
+            source=new.source,
+            pinned=new.pinned,
+            expires_at=expires_at,
+        )
+        return item, new.seq
+
+    def _upsert(self, scope: Scope, items: list[tuple[MemorySetItem, int]], vectors: list[list[float]]) -> None:
+        records = [ItemRecord(item=item, seq=seq, vector=v) for (item, seq), v in zip(items, vectors, strict=True)]
+        self.store.upsert(scope, records)
+
+    def _add_deduplicated(
+        self, scope: Scope, definition: MemorySet, items: list[tuple[MemorySetItem, int]]
+    ) -> dict[str, str]:
+        """Folds items equal (exact) or close (semantic) to an existing or earlier one into it; stores the rest."""
+        vectors = self.embed(scope.namespace, [embedding_text(item) for item, _ in items])
+        existing = self.store.find_by_text_hash(scope, [text_hash(item.value) for item, _ in items])
+        stored_as: dict[str, str] = {}
+        kept: list[tuple[MemorySetItem, int]] = []
+        kept_vectors: list[list[float]] = []
+        merges: dict[str, tuple[MemorySetItem, dict[str, Any]]] = {}
+        for (item, seq), vector in zip(items, vectors, strict=True):
+            target = existing.get(text_hash(item.value))
+            if target is None and definition.effective_dedup == "semantic":
+                target = self._nearest(scope, vector, kept, kept_vectors, definition.dedup_threshold)
+            if target is None or target.id == item.id:
+                kept.append((item, seq))
+                kept_vectors.append(vector)
+                existing.setdefault(text_hash(item.value), item)
+                stored_as[item.id] = item.id
+                continue
+            base = merges.get(target.id, (target, dict(target.additional_metadata)))[1]
+            merges[target.id] = (target, {**base, **item.additional_metadata})
+            stored_as[item.id] = target.id
+        self._upsert(scope, kept, kept_vectors)
+        now = time.time()
+        for target, metadata in merges.values():
+            if any(k[0].id == target.id for k in kept):  # folded into an item of this same call
+                fields: dict[str, Any] = {"metadata": metadata}
+            else:
+                fields = {"metadata": metadata, "last_accessed_time": now}
+            self.store.set_fields(scope, [target.id], fields)
+        return stored_as
+
+    def _nearest(
+        self,
+        scope: Scope,
+        vector: list[float],
+        kept: list[tuple[MemorySetItem, int]],
+        kept_vectors: list[list[float]],
+        threshold: float,
+    ) -> MemorySetItem | None:
+        hits = self.store.search(scope, vector, 1, {})
+        best = hits[0] if hits and (hits[0].score or 0.0) >= threshold else None
+        for (candidate, _), other in zip(kept, kept_vectors, strict=True):
+            score = float(np.dot(vector, other))
+            if score >= threshold and (best is None or score > (best.score or 0.0)):
+                best = candidate.model_copy(update={"score": score})
+        return best
 
     def _check_capacity(self, scope: Scope, definition: MemorySet) -> None:
         if self.on_capacity is None or self.store.count(scope) < definition.capacity:
@@ -130,12 +244,15 @@ class MemoryService:
             logger.warning("could not enqueue the compaction of %s", scope, exc_info=True)
 
     def get(self, raw: dict[str, Any]) -> ItemsReply:
-        """Items by id (unknown ids are absent), or all of them; insertion order."""
+        """Items by id (unknown ids are absent), or all of them; insertion order. Reads count as access."""
         request = parse(IdsRequest, raw, "get request")
         self._definition(request.scope)
         if request.ids is None:
-            return ItemsReply(items=self.store.list_items(request.scope))
-        return ItemsReply(items=self.store.retrieve(request.scope, request.ids))
+            items = self.store.list_items(request.scope)
+        else:
+            items = self.store.retrieve(request.scope, request.ids)
+        self._accessed(request.scope, items)
+        return ItemsReply(items=items)
 
     def delete(self, raw: dict[str, Any]) -> CountReply:
         """Deletes items by id, or all items (the definition stays); returns how many existed."""
@@ -146,21 +263,24 @@ class MemoryService:
         else:
             count = len(self.store.retrieve(request.scope, request.ids))
         self.store.delete(request.scope, request.ids)
+        self._changed(request.scope)
         return CountReply(count=count)
 
     def search(self, raw: dict[str, Any]) -> ItemsReply:
-        """The items nearest to the query (best first) whose metadata match every filter."""
+        """The items nearest to the query (best first) whose metadata match every filter. Hits count as access."""
         request = parse(SearchRequest, raw, "search request")
         check_text(request.query, "query", self.limits.max_query_chars)
         check_filters(request.filters)
         if request.limit > self.limits.max_search_limit:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {self.limits.max_search_limit}")
         self._definition(request.scope)
-        (vector,) = self.embedder.embed([request.query])
-        return ItemsReply(items=self.store.search(request.scope, vector, request.limit, request.filters))
+        (vector,) = self.embed(request.namespace, [request.query])
+        items = self.store.search(request.scope, vector, request.limit, request.filters)
+        self._accessed(request.scope, items)
+        return ItemsReply(items=items)
 
     def size(self, raw: dict[str, Any]) -> CountReply:
-        """The number of items in the set."""
+        """The number of visible items in the set."""
         request = parse(SetRequest, raw, "size request")
         self._definition(request.scope)
         return CountReply(count=self.store.count(request.scope))

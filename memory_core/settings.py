@@ -83,6 +83,26 @@ class CompactionSettings(BaseModel):
     sweep_max_sets: int = Field(default=10_000, ge=1)
 
 
+class CacheSettings(BaseModel):
+    """The client's L1 (per process) over L2 (Redis), and the workers' embedding cache."""
+
+    enabled: bool = True
+    l1_max_entries: int = Field(default=10_000, ge=0)
+    l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    l1_ttl: float = Field(default=30.0, ge=0)
+    l2_ttl: int = Field(default=300, ge=1)
+    embedding_ttl: int = Field(default=86_400, ge=1)
+
+
+class MaintenanceSettings(BaseModel):
+    """Beat's schedule (seconds between runs) and how much one run may do."""
+
+    ttl_sweep_interval: float = Field(default=60.0, gt=0)
+    flush_access_interval: float = Field(default=30.0, gt=0)
+    evict_interval: float = Field(default=120.0, gt=0)
+    max_items_per_run: int = Field(default=10_000, ge=1)
+
+
 class LimitsSettings(BaseModel):
     """What one call may carry; checked in the client before anything is enqueued, and again in the worker."""
 
@@ -129,6 +149,8 @@ class Settings(BaseSettings):
     anthropic: AnthropicSettings = AnthropicSettings()
     limits: LimitsSettings = LimitsSettings()
     compaction: CompactionSettings = CompactionSettings()
+    cache: CacheSettings = CacheSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
 

@@ -71,7 +71,14 @@ def create_app(settings: Settings) -> Celery:
 
 def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     schedule = {name: dict(entry) for name, entry in beat_schedule.BEAT_SCHEDULE.items()}
-    schedule["compaction-sweep"]["schedule"] = settings.compaction.sweep_interval
+    intervals = {
+        "ttl-sweep": settings.maintenance.ttl_sweep_interval,
+        "flush-access": settings.maintenance.flush_access_interval,
+        "evict": settings.maintenance.evict_interval,
+        "compaction-sweep": settings.compaction.sweep_interval,
+    }
+    for name, seconds in intervals.items():
+        schedule[name]["schedule"] = seconds
     return schedule
 
 

@@ -14,10 +14,13 @@ from dataclasses import dataclass
 import redis
 from celery import Celery
 
+from memory_core.cache.embeddings import EmbeddingCache
 from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
+from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.embedders import open_embedder
 from memory_core.keys import Keys
+from memory_core.maintenance import Maintenance
 from memory_core.service import MemoryService
 from memory_core.settings import Settings, redact_url
 from memory_core.stores import open_store
@@ -36,6 +39,7 @@ class Services:
     memory: MemoryService
     compactor: Compactor
     compaction_trigger: CompactionTrigger
+    maintenance: Maintenance
 
     def close(self) -> None:
         """Flushes and releases the store (its directory lock), broker and Redis connections."""
@@ -92,12 +96,22 @@ def _build(settings: Settings) -> Services:
         type(summarizer).__name__,
         redact_url(settings.redis.url),
     )
+    coordinator = Coordinator(redis_client, keys)
+    embeddings = EmbeddingCache(embedder, redis_client, keys, ttl=settings.cache.embedding_ttl)
+    memory = MemoryService(
+        store=store,
+        embedder=embedder,
+        limits=settings.limits,
+        on_capacity=trigger,
+        coordinator=coordinator,
+        embeddings=embeddings if settings.cache.enabled else None,
+    )
     return Services(
         settings=settings,
         keys=keys,
         redis=redis_client,
         dispatcher=dispatcher,
-        memory=MemoryService(store=store, embedder=embedder, limits=settings.limits, on_capacity=trigger),
+        memory=memory,
         compactor=Compactor(
             store=store,
             embedder=embedder,
@@ -107,4 +121,11 @@ def _build(settings: Settings) -> Services:
             settings=settings.compaction,
         ),
         compaction_trigger=trigger,
+        maintenance=Maintenance(
+            store=store,
+            coordinator=coordinator,
+            keys=keys,
+            settings=settings.maintenance,
+            max_sets=settings.compaction.sweep_max_sets,
+        ),
     )

@@ -136,6 +136,7 @@ class Compactor:
         records = [ItemRecord(item=r.item, seq=r.seq, vector=v) for r, v in zip(records, vectors, strict=True)]
         self.store.upsert(scope, records)  # summaries first: from here on, every source is covered
         folded = self._delete_sources(scope, [batch[i] for t in topics for i in t.item_indices])
+        self.redis.incr(self.keys.set_version(*scope))  # cached reads of this set are now stale
         report.items_folded += folded
         report.summaries_written += len(records)
         report.model_calls += 1
@@ -187,6 +188,7 @@ class Compactor:
         if leftovers:
             logger.warning("finishing an interrupted compaction of %s: %d sources left", scope, len(leftovers))
             self.store.delete(scope, sorted(leftovers))
+            self.redis.incr(self.keys.set_version(*scope))
         return len(leftovers)
 
     def _batches(self, items: Sequence[MemorySetItem]) -> list[list[MemorySetItem]]:

@@ -14,6 +14,7 @@ check them on each):
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +26,16 @@ from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
 # Fixed forever: changing it would orphan every stored point.
 _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
 
-ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id")
+ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
 """Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
+NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned")
+"""Numeric payload fields indexed for expiry, LRU and importance ordering (``pinned`` is 0/1)."""
+
+
+def text_hash(value: object) -> str:
+    """The hash exact dedup compares: the text lower-cased with runs of white space folded."""
+    normalized = " ".join(str(value).lower().split())
+    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()[:32]
 
 
 def point_id(scope: Scope, item_id: str) -> str:
@@ -77,6 +86,12 @@ def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
         "last_accessed_time": _ts(item.last_accessed_time),
         "metadata": dict(item.additional_metadata),
         "compacted_from": list(item.compacted_from),
+        "importance": item.importance,
+        "source": item.source,
+        # An int, not a bool: qdrant-edge-py 0.9.0 cannot match booleans (MatchValue(True) becomes 1).
+        "pinned": int(item.pinned),
+        "expires_at": None if item.expires_at is None else _ts(item.expires_at),
+        "text_hash": text_hash(item.value),
     }
 
 
@@ -94,6 +109,11 @@ def from_payload(payload: Mapping[str, Any], score: float | None = None) -> Memo
             "last_accessed_time": _dt(payload["last_accessed_time"]),
             "additional_metadata": payload.get("metadata") or {},
             "compacted_from": payload.get("compacted_from") or [],
+            "importance": payload.get("importance", 0.5),
+            "source": payload.get("source"),
+            "pinned": bool(payload.get("pinned", 0)),
+            "expires_at": None if payload.get("expires_at") is None else _dt(payload["expires_at"]),
+            "seq": payload["seq"],
             "score": score,
         }
     )
@@ -112,6 +132,12 @@ def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str,
 def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:
     """Rebuilds a set definition from its registry payload."""
     return MemorySet.model_validate(payload["definition"])
+
+
+def is_visible(payload: Mapping[str, Any], now: float) -> bool:
+    """Whether reads may see a stored item: not expired, or pinned."""
+    expires = payload.get("expires_at")
+    return expires is None or expires > now or bool(payload.get("pinned"))
 
 
 def in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
@@ -137,7 +163,7 @@ class VectorStore(Protocol):
         ...
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
-        """The items with these ids that exist, in insertion order."""
+        """The visible items with these ids, in insertion order. Every read skips expired, unpinned items."""
         ...
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
@@ -172,6 +198,18 @@ class VectorStore(Protocol):
 
     def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
         """Up to ``limit`` set definitions of every namespace, as ``(namespace, key, definition)``; for sweeps."""
+        ...
+
+    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        """Overwrites these payload fields (``to_payload`` names) on existing items; missing ids are ignored."""
+        ...
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        """Visible items of the set whose normalized text hashes are among ``hashes``, by hash."""
+        ...
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)``."""
         ...
 
     def close(self) -> None:

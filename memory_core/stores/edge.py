@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,9 +24,11 @@ from memory_core.errors import StoreError, TransientStoreError
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.stores.base import (
     ITEM_INDEX_FIELDS,
+    NUMERIC_INDEX_FIELDS,
     ItemRecord,
     from_payload,
     in_scope,
+    is_visible,
     point_id,
     set_from_payload,
     set_point_id,
@@ -62,6 +65,20 @@ def _scope_filter(namespace: str, key: str, set_name: str | None = None) -> list
     if set_name is not None:
         conditions.append(qe.FieldCondition(key="set", match=qe.MatchValue(set_name)))
     return conditions
+
+
+def _expired(now: float) -> qe.Filter:
+    """Matches items past their expiry that are not pinned; reads put it in ``must_not``."""
+    return qe.Filter(
+        must=[
+            qe.FieldCondition(key="expires_at", range=qe.RangeFloat(lt=now)),
+            qe.FieldCondition(key="pinned", match=qe.MatchValue(0)),
+        ]
+    )
+
+
+def _visible_in(namespace: str, key: str, set_name: str) -> qe.Filter:
+    return qe.Filter(must=list(_scope_filter(namespace, key, set_name)), must_not=[_expired(time.time())])
 
 
 def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition | qe.Filter]:
@@ -101,6 +118,10 @@ class EdgeVectorStore:
                 if field not in existing:
                     params = qe.KeywordIndexParams(is_tenant=field == "namespace")
                     shard.update(qe.UpdateOperation.create_field_index(field, params))
+            for field in NUMERIC_INDEX_FIELDS:
+                if field not in existing:
+                    schema = qe.PayloadSchemaType.Integer if field == "pinned" else qe.PayloadSchemaType.Float
+                    shard.update(qe.UpdateOperation.create_field_index(field, schema))
 
     @property
     def location(self) -> str:
@@ -122,16 +143,18 @@ class EdgeVectorStore:
         ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
         with _translated("retrieve"):
             records = self._items.retrieve(ids, with_payload=True, with_vector=False)
+        now = time.time()
         # The point id already encodes the scope; checking the payload too costs nothing and guards the invariant.
         pairs = [
-            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and in_scope(r.payload, scope)
+            (r.payload["seq"], from_payload(r.payload))
+            for r in records
+            if r.payload and in_scope(r.payload, scope) and is_visible(r.payload, now)
         ]
         return sort_by_seq(pairs)
 
-    def _scroll(self, shard: qe.EdgeShard, must: list[Any]) -> Iterator[dict[str, Any]]:
+    def _scroll(self, shard: qe.EdgeShard, scroll_filter: qe.Filter | None) -> Iterator[dict[str, Any]]:
         offset: Any = None
         while True:
-            scroll_filter = qe.Filter(must=must) if must else None
             request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=scroll_filter, with_payload=True)
             with _translated("scroll"):
                 records, offset = shard.scroll(request)
@@ -142,7 +165,7 @@ class EdgeVectorStore:
                 return
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
-        payloads = self._scroll(self._items, list(_scope_filter(*scope)))
+        payloads = self._scroll(self._items, _visible_in(*scope))
         return sort_by_seq([(p["seq"], from_payload(p)) for p in payloads])
 
     def search(
@@ -152,7 +175,7 @@ class EdgeVectorStore:
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(list(map(float, vector)), using=DENSE),
-            filter=qe.Filter(must=must),
+            filter=qe.Filter(must=must, must_not=[_expired(time.time())]),
             with_payload=True,
         )
         with _translated("search"):
@@ -161,10 +184,35 @@ class EdgeVectorStore:
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):
-            return self._items.count(qe.CountRequest(exact=True, filter=qe.Filter(must=list(_scope_filter(*scope)))))
+            return self._items.count(qe.CountRequest(exact=True, filter=_visible_in(*scope)))
+
+    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        wanted: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            existing: list[Any] = [r.id for r in self._items.retrieve(wanted, with_payload=False, with_vector=False)]
+        if existing:  # Qdrant refuses to set a payload on a point that does not exist
+            self._update(self._items, qe.UpdateOperation.set_payload(existing, dict(fields)), "payload update")
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        if not hashes:
+            return {}
+        hash_filter = qe.Filter(
+            must=[*_scope_filter(*scope), qe.FieldCondition(key="text_hash", match=qe.MatchAny(list(hashes)))],
+            must_not=[_expired(time.time())],
+        )
+        return {p["text_hash"]: from_payload(p) for p in self._scroll(self._items, hash_filter)}
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        found: list[tuple[Scope, str]] = []
+        for payload in self._scroll(self._items, _expired(now)):
+            found.append((Scope(payload["namespace"], payload["key"], payload["set"]), payload["item_id"]))
+            if len(found) >= limit:
+                break
+        return found
 
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         if item_ids is None:
+            # Expired items of the set go too: "delete everything" means everything stored.
             operation = qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=list(_scope_filter(*scope))))
         else:
             operation = qe.UpdateOperation.delete_points([point_id(scope, i) for i in item_ids])
@@ -191,7 +239,7 @@ class EdgeVectorStore:
 
     def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
         found = []
-        for payload in self._scroll(self._sets, []):
+        for payload in self._scroll(self._sets, None):
             found.append((payload["namespace"], payload["key"], set_from_payload(payload)))
             if len(found) >= limit:
                 break

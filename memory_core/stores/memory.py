@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from memory_core.models import MemorySet, MemorySetItem, Scope
-from memory_core.stores.base import ItemRecord, from_payload, set_from_payload, set_to_payload, sort_by_seq, to_payload
+from memory_core.stores.base import (
+    ItemRecord,
+    from_payload,
+    is_visible,
+    set_from_payload,
+    set_to_payload,
+    sort_by_seq,
+    to_payload,
+)
 
 
 def _matches(metadata: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
@@ -51,29 +60,31 @@ class InMemoryVectorStore:
                 points[record.item.id] = (to_payload(scope, record), vector / norm)
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        now = time.time()
         with self._lock:
             points = self._items.get(scope, {})
             found = [points[i][0] for i in dict.fromkeys(item_ids) if i in points]
-        return sort_by_seq([(p["seq"], from_payload(p)) for p in found])
+        return sort_by_seq([(p["seq"], from_payload(p)) for p in found if is_visible(p, now)])
+
+    def _visible(self, scope: Scope) -> list[tuple[dict[str, Any], np.ndarray]]:
+        now = time.time()
+        with self._lock:
+            return [(p, v) for p, v in self._items.get(scope, {}).values() if is_visible(p, now)]
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
-        with self._lock:
-            payloads = [p for p, _ in self._items.get(scope, {}).values()]
-        return sort_by_seq([(p["seq"], from_payload(p)) for p in payloads])
+        return sort_by_seq([(p["seq"], from_payload(p)) for p, _ in self._visible(scope)])
 
     def search(
         self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
     ) -> list[MemorySetItem]:
         query = np.asarray(vector, dtype=np.float32)
         query = query / (float(np.linalg.norm(query)) or 1.0)
-        with self._lock:
-            candidates = [(p, v) for p, v in self._items.get(scope, {}).values() if _matches(p["metadata"], filters)]
+        candidates = [(p, v) for p, v in self._visible(scope) if _matches(p["metadata"], filters)]
         scored = sorted(((float(v @ query), p) for p, v in candidates), key=lambda sp: -sp[0])
         return [from_payload(p, score=s) for s, p in scored[:limit]]
 
     def count(self, scope: Scope) -> int:
-        with self._lock:
-            return len(self._items.get(scope, {}))
+        return len(self._visible(scope))
 
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         with self._lock:
@@ -101,6 +112,27 @@ class InMemoryVectorStore:
         with self._lock:
             payloads = list(self._sets.values())[:limit]
         return [(p["namespace"], p["key"], set_from_payload(p)) for p in payloads]
+
+    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        with self._lock:
+            points = self._items.get(scope, {})
+            for item_id in item_ids:
+                if item_id in points:
+                    points[item_id][0].update(fields)
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        wanted = set(hashes)
+        return {p["text_hash"]: from_payload(p) for p, _ in self._visible(scope) if p["text_hash"] in wanted}
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        with self._lock:
+            found = [
+                (scope, item_id)
+                for scope, points in self._items.items()
+                for item_id, (payload, _) in points.items()
+                if not is_visible(payload, now)
+            ]
+        return found[:limit]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -10,6 +10,7 @@ collection holds set definitions.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,9 +24,11 @@ from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.settings import redact_url
 from memory_core.stores.base import (
     ITEM_INDEX_FIELDS,
+    NUMERIC_INDEX_FIELDS,
     ItemRecord,
     from_payload,
     in_scope,
+    is_visible,
     point_id,
     set_from_payload,
     set_point_id,
@@ -57,6 +60,20 @@ def _translated(operation: str) -> Iterator[None]:
 def _scope_conditions(namespace: str, key: str, set_name: str | None = None) -> list[qm.Condition]:
     fields = [("namespace", namespace), ("key", key)] + ([("set", set_name)] if set_name is not None else [])
     return [qm.FieldCondition(key=name, match=qm.MatchValue(value=value)) for name, value in fields]
+
+
+def _expired(now: float) -> qm.Filter:
+    """Matches items past their expiry that are not pinned; reads put it in ``must_not``."""
+    return qm.Filter(
+        must=[
+            qm.FieldCondition(key="expires_at", range=qm.Range(lt=now)),
+            qm.FieldCondition(key="pinned", match=qm.MatchValue(value=0)),
+        ]
+    )
+
+
+def _visible_in(namespace: str, key: str, set_name: str) -> qm.Filter:
+    return qm.Filter(must=_scope_conditions(namespace, key, set_name), must_not=[_expired(time.time())])
 
 
 def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
@@ -105,6 +122,9 @@ class QdrantVectorStore:
                 field_name=field,
                 field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=field == "namespace"),
             )
+        for field in NUMERIC_INDEX_FIELDS:
+            schema = qm.PayloadSchemaType.INTEGER if field == "pinned" else qm.PayloadSchemaType.FLOAT
+            self._client.create_payload_index(name, field_name=field, field_schema=schema)
 
     @property
     def location(self) -> str:
@@ -125,13 +145,49 @@ class QdrantVectorStore:
         ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
         with _translated("retrieve"):
             records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
+        now = time.time()
         pairs = [
-            (r.payload["seq"], from_payload(r.payload)) for r in records if r.payload and in_scope(r.payload, scope)
+            (r.payload["seq"], from_payload(r.payload))
+            for r in records
+            if r.payload and in_scope(r.payload, scope) and is_visible(r.payload, now)
         ]
         return sort_by_seq(pairs)
 
+    def _scroll(self, scroll_filter: qm.Filter, limit: int | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        offset: qm.ExtendedPointId | None = None
+        while limit is None or len(found) < limit:
+            with _translated("scroll"):
+                records, offset = self._client.scroll(
+                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            found.extend(r.payload for r in records if r.payload)
+            if offset is None:
+                break
+        return found if limit is None else found[:limit]
+
+    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+        wanted: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("payload update"):
+            records = self._client.retrieve(self._items, ids=wanted, with_payload=False, with_vectors=False)
+            existing: list[qm.ExtendedPointId] = [r.id for r in records]
+            if existing:  # Qdrant refuses to set a payload on a point that does not exist
+                self._client.set_payload(self._items, payload=dict(fields), points=existing, wait=True)
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        if not hashes:
+            return {}
+        hash_filter = qm.Filter(
+            must=[*_scope_conditions(*scope), qm.FieldCondition(key="text_hash", match=qm.MatchAny(any=list(hashes)))],
+            must_not=[_expired(time.time())],
+        )
+        return {p["text_hash"]: from_payload(p) for p in self._scroll(hash_filter)}
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        return [(Scope(p["namespace"], p["key"], p["set"]), p["item_id"]) for p in self._scroll(_expired(now), limit)]
+
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
-        scroll_filter = qm.Filter(must=_scope_conditions(*scope))
+        scroll_filter = _visible_in(*scope)
         pairs: list[tuple[int, MemorySetItem]] = []
         offset: qm.ExtendedPointId | None = None
         while True:
@@ -146,7 +202,9 @@ class QdrantVectorStore:
     def search(
         self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
     ) -> list[MemorySetItem]:
-        query_filter = qm.Filter(must=[*_scope_conditions(*scope), *_metadata_conditions(filters)])
+        query_filter = qm.Filter(
+            must=[*_scope_conditions(*scope), *_metadata_conditions(filters)], must_not=[_expired(time.time())]
+        )
         with _translated("search"):
             response = self._client.query_points(
                 self._items,
@@ -160,9 +218,7 @@ class QdrantVectorStore:
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):
-            return self._client.count(
-                self._items, count_filter=qm.Filter(must=_scope_conditions(*scope)), exact=True
-            ).count
+            return self._client.count(self._items, count_filter=_visible_in(*scope), exact=True).count
 
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         selector: qm.PointsSelector

@@ -15,6 +15,7 @@ import pytest
 from memory_core.embedders.hashing import HashingEmbedder
 from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
 from memory_core.stores import ItemRecord, VectorStore
+from memory_core.stores.base import text_hash
 from memory_core.stores.edge import EdgeVectorStore
 from memory_core.stores.memory import InMemoryVectorStore
 from memory_core.stores.qdrant import QdrantVectorStore
@@ -90,10 +91,14 @@ def test_items_round_trip_every_field(store: VectorStore):
         compacted=True,
         created_time=DatetimeRange(start=T0, end=T0 + timedelta(days=1)),
         additional_metadata={"source": "crm", "tags": ["a", "b"], "n": 3},
+        importance=0.9,
+        source="crm",
+        pinned=True,
+        expires_at=T0,
     )
     store.upsert(SCOPE, [summary])
     (item,) = store.retrieve(SCOPE, ["s"])
-    assert item == summary.item
+    assert item == summary.item.model_copy(update={"seq": 5})
 
 
 def test_upserting_the_same_id_twice_keeps_one_point(store: VectorStore):
@@ -181,3 +186,32 @@ def test_the_embedded_engine_refuses_a_second_owner(tmp_path: Path):
             EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
     finally:
         owner.close()
+
+
+def test_expired_items_are_invisible_to_every_read_unless_pinned(store: VectorStore):
+    past, future = datetime.now(UTC) - timedelta(seconds=1), datetime.now(UTC) + timedelta(hours=1)
+    store.upsert(
+        SCOPE,
+        [
+            _record("gone", "green tea", 1, expires_at=past),
+            _record("pinned", "green tea", 2, expires_at=past, pinned=True),
+            _record("later", "green tea", 3, expires_at=future),
+            _record("forever", "green tea", 4),
+        ],
+    )
+    visible = ["pinned", "later", "forever"]
+    assert [i.id for i in store.list_items(SCOPE)] == visible
+    assert [i.id for i in store.retrieve(SCOPE, ["gone", "pinned"])] == ["pinned"]
+    assert sorted(i.id for i in store.search(SCOPE, EMBEDDER.embed(["green tea"])[0], 10, {})) == sorted(visible)
+    assert store.count(SCOPE) == 3
+    assert store.expired(datetime.now(UTC).timestamp(), 10) == [(SCOPE, "gone")]
+    assert store.find_by_text_hash(SCOPE, [text_hash("GREEN  tea")])[text_hash("green tea")].id in visible
+
+
+def test_set_fields_updates_payload_in_place(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "x", 1), _record("b", "y", 2)])
+    store.set_fields(SCOPE, ["a", "missing"], {"last_accessed_time": T0.timestamp() + 99, "metadata": {"k": 1}})
+    a, b = store.list_items(SCOPE)
+    assert a.last_accessed_time == T0 + timedelta(seconds=99)
+    assert a.additional_metadata == {"k": 1}
+    assert b.last_accessed_time == T0 + timedelta(seconds=2)

@@ -1,0 +1,36 @@
+"""L2: Redis, shared by every process. An outage raises ``BrokerUnavailable`` (Redis is the broker too)."""
+
+from __future__ import annotations
+
+import redis
+
+from memory_core.errors import BrokerUnavailable
+
+
+class RedisCache:
+    """Values under keys built by ``memory_core.keys`` (prefixed and namespaced)."""
+
+    def __init__(self, client: redis.Redis, url_for_errors: str) -> None:
+        self._client = client
+        self._url = url_for_errors
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            value = self._client.get(key)
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cache read from Redis at {self._url} failed: {exc}") from exc
+        return value if isinstance(value, bytes) else None
+
+    def set(self, key: str, value: bytes, ttl: float) -> None:
+        try:
+            self._client.set(key, value, ex=max(1, int(ttl)))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cache write to Redis at {self._url} failed: {exc}") from exc
+
+    def delete(self, *keys: str) -> None:
+        if not keys:
+            return
+        try:
+            self._client.delete(*keys)
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cache delete in Redis at {self._url} failed: {exc}") from exc
