@@ -20,17 +20,29 @@ from memory_core.errors import (
     SummarizerError,
     TransientStoreError,
 )
-from memory_core.models import ChatMessage, CompactionConfig, DatetimeRange, MemorySet, MemorySetItem, MessageRole
+from memory_core.models import (
+    ChatMessage,
+    ClientStats,
+    CompactionConfig,
+    DatetimeRange,
+    EvictionPolicy,
+    MemorySet,
+    MemorySetItem,
+    MessageRole,
+    Usage,
+)
 from memory_core.settings import Settings, get_settings, load_settings
 
 __all__ = [
     "BrokerUnavailable",
     "ChatMessage",
+    "ClientStats",
     "CompactionConfig",
     "CompactionError",
     "ConfigurationError",
     "DatetimeRange",
     "EmbedderError",
+    "EvictionPolicy",
     "InvalidRequestError",
     "LongTermMemory",
     "MemoryClient",
@@ -46,6 +58,7 @@ __all__ = [
     "StoreError",
     "SummarizerError",
     "TransientStoreError",
+    "Usage",
     "WriteReceipt",
     "get_settings",
     "load_settings",

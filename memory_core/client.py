@@ -24,6 +24,11 @@ from pydantic import TypeAdapter, ValidationError
 
 from memory_core import routing
 from memory_core.cache.definitions import DefinitionCache
+from memory_core.cache.local import LocalCache
+from memory_core.cache.reads import ReadCache, search_digest
+from memory_core.cache.redis import RedisCache
+from memory_core.cache.tiered import TieredCache
+from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
 from memory_core.keys import Keys
@@ -43,7 +48,10 @@ from memory_core.messages import (
 )
 from memory_core.models import (
     ChatMessage,
+    ClientStats,
     CompactionConfig,
+    DedupMode,
+    EvictionPolicy,
     ItemId,
     Key,
     MemorySet,
@@ -72,6 +80,32 @@ def _checked(adapter: TypeAdapter[str], value: object, what: str) -> str:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+_LIFECYCLE = ("importance", "source", "pinned", "ttl", "expires_at")
+
+
+def _lifecycle(options: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """Per-item lifecycle fields from keywords that are each one value for all items or a list of ``count``."""
+    unknown = set(options) - set(_LIFECYCLE)
+    if unknown:
+        raise InvalidRequestError(f"unknown add() options {sorted(unknown)}; expected some of {list(_LIFECYCLE)}")
+    per_item: list[dict[str, Any]] = [{} for _ in range(count)]
+    for name, value in options.items():
+        if value is None:
+            continue
+        if isinstance(value, list | tuple):
+            if len(value) != count:
+                raise InvalidRequestError(
+                    f"got {len(value)} values of {name!r} for {count} items; give one or one each"
+                )
+            values = list(value)
+        else:
+            values = [value] * count
+        for fields, one in zip(per_item, values, strict=True):
+            if one is not None:
+                fields[name] = one
+    return per_item
 
 
 class _SeqClock:
@@ -113,6 +147,15 @@ class MemoryClient:
         self._redis = open_redis(settings)
         self.dispatcher = Dispatcher(settings, self._redis, self.keys)
         self.definitions = DefinitionCache(self._redis, self.keys)
+        self.coordinator = Coordinator(self._redis, self.keys)
+        cache = settings.cache
+        self.l1 = LocalCache(max_entries=cache.l1_max_entries, max_bytes=cache.l1_max_bytes)
+        tiered = TieredCache(
+            self.l1, RedisCache(self._redis, redact_url(settings.redis.url)), l1_ttl=cache.l1_ttl, l2_ttl=cache.l2_ttl
+        )
+        self.reads: ReadCache | None = (
+            ReadCache(tiered, self.coordinator, self.keys, redact_url(settings.redis.url)) if cache.enabled else None
+        )
         self._seq = _SeqClock()
 
     @classmethod
@@ -134,6 +177,20 @@ class MemoryClient:
                 f"cannot read usage from Redis at {redact_url(self.settings.redis.url)}: {exc}"
             ) from exc
         return Usage.from_counters(namespace, {_text(k): int(v) for k, v in raw.items()})
+
+    def stats(self) -> ClientStats:
+        """Hit and miss counts of this process's caches, per tier, and the L1's size."""
+        if self.reads is None:
+            return ClientStats()
+        counters = self.reads.tiered.stats
+        return ClientStats(
+            l1_hits=counters.l1.hits,
+            l1_misses=counters.l1.misses,
+            l2_hits=counters.l2.hits,
+            l2_misses=counters.l2.misses,
+            l1_entries=len(self.l1),
+            l1_bytes=self.l1.size_bytes,
+        )
 
     def reserve_seq(self, count: int) -> int:
         """The first of ``count`` consecutive insertion-order numbers."""
@@ -183,14 +240,25 @@ class LongTermMemory:
         compaction_config: CompactionConfig | None = None,
         *,
         ttl_seconds: int | None = None,
+        eviction: EvictionPolicy | None = None,
+        dedup: DedupMode | None = None,
+        dedup_threshold: float = 0.95,
     ) -> MemorySet:
-        """Returns the set ``name``, creating it with this definition if it does not exist."""
+        """Returns the set ``name``, creating it with this definition if it does not exist.
+
+        ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
+        importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
+        or ``none`` (default for chat sets).
+        """
         fields = {
             "name": _checked(_SET_NAME, name, "memory set name"),
             "item_type": item_type,
             "capacity": capacity,
             "compaction_config": compaction_config or CompactionConfig(),
             "ttl_seconds": ttl_seconds,
+            "eviction": eviction,
+            "dedup": dedup,
+            "dedup_threshold": dedup_threshold,
         }
         definition = parse(MemorySet, fields, f"memory set definition {name!r}")
         request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
@@ -234,14 +302,19 @@ class LongTermMemory:
         metadatas: Sequence[dict[str, Any]] | None = None,
         *,
         wait: bool = True,
+        **lifecycle: Any,
     ) -> list[str]:
-        """Adds items; returns their ids (the caller's, or generated UUIDs), in the order given.
+        """Adds items; returns their ids, in the order given.
 
-        With ``wait=True`` (the default) it returns once the worker has stored them durably;
-        with ``wait=False`` it returns as soon as the broker has accepted the task.
+        With ``wait=True`` (the default) it returns once the worker has stored them durably, with the
+        id each item is stored under (its own, or the existing item a deduplicating set folded it into).
+        With ``wait=False`` it returns the ids sent as soon as the broker has accepted the task.
+        Lifecycle keywords, each one value for all items or a list with one per item: ``importance``
+        (0..1, default 0.5), ``source`` (free text), ``pinned`` (never evicted or expired by policy),
+        ``ttl`` (seconds) or ``expires_at`` (an aware datetime); without either, the set's default TTL.
         Everything is validated before anything is enqueued.
         """
-        receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas)
+        receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas, **lifecycle)
         if wait:
             return receipt.wait()
         return receipt.ids
@@ -252,6 +325,7 @@ class LongTermMemory:
         items: Sequence[str | ChatMessage],
         ids: Sequence[str] | None = None,
         metadatas: Sequence[dict[str, Any]] | None = None,
+        **lifecycle: Any,
     ) -> WriteReceipt:
         """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
         definition = self._definition(memory_set)
@@ -267,9 +341,21 @@ class LongTermMemory:
             check_value(value, definition.item_type, f"item {i}", limits)
         if count == 0:
             return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=self._client.dispatcher)
+        per_item = _lifecycle(lifecycle, count)
         now, first_seq = utcnow(), self._client.reserve_seq(count)
         new_items = [
-            NewItem(id=ids[i], value=items[i], metadata=metadatas[i], created_time=now, seq=first_seq + i)
+            parse(
+                NewItem,
+                {
+                    "id": ids[i],
+                    "value": items[i],
+                    "metadata": metadatas[i],
+                    "created_time": now,
+                    "seq": first_seq + i,
+                    **per_item[i],
+                },
+                f"item {i}",
+            )
             for i in range(count)
         ]
         request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
@@ -287,8 +373,23 @@ class LongTermMemory:
     def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
         """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""
         request = self._ids_request(memory_set, ids)
-        reply = self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
-        return ItemsReply.model_validate(reply).items
+        reads = self._client.reads
+        if reads is None or request.ids is None:
+            reply = self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
+            return ItemsReply.model_validate(reply).items
+        scope = request.scope
+        found, version, online = reads.items(scope, request.ids)
+        missing = [i for i in dict.fromkeys(request.ids) if i not in found]
+        if missing:
+            if not online:
+                raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
+            fetch = request.model_copy(update={"ids": missing})
+            fetched = ItemsReply.model_validate(
+                self._call(routing.GET, fetch, request.set_name, ids=len(missing))
+            ).items
+            reads.store_items(scope, version, fetched)
+            found.update((item.id, item) for item in fetched)
+        return sorted(found.values(), key=lambda item: item.seq or 0)
 
     def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
         """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
@@ -315,7 +416,18 @@ class LongTermMemory:
         request = SearchRequest(
             namespace=self.namespace, key=self.key, set_name=set_name, query=query, limit=limit, filters=filters
         )
-        return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        reads = self._client.reads
+        if reads is None:
+            return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        scope, digest = request.scope, search_digest(query, limit, filters)
+        cached, version, online = reads.search(scope, digest)
+        if cached is not None:
+            return cached
+        if not online:
+            raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
+        items = ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        reads.store_search(scope, version, digest, items)
+        return items
 
     # -- helpers --------------------------------------------------------------
 

@@ -304,3 +304,14 @@ class Usage(BaseModel):
             summaries_written=plain.get("summaries_written", 0),
             failures=plain.get("failures", 0),
         )
+
+
+class ClientStats(BaseModel):
+    """Cache hits and misses of one client process, per tier, and the L1's size."""
+
+    l1_hits: int = 0
+    l1_misses: int = 0
+    l2_hits: int = 0
+    l2_misses: int = 0
+    l1_entries: int = 0
+    l1_bytes: int = 0
