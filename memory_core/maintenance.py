@@ -86,14 +86,9 @@ class Maintenance:
         return MaintenanceReport(sweep=name, status="ran", items=items, sets=sets, seconds=took)
 
     def _ttl_sweep(self) -> tuple[int, int]:
-        expired = self.store.expired(time.time(), self.settings.max_items_per_run)
-        by_scope: dict[Scope, list[str]] = defaultdict(list)
-        for scope, item_id in expired:
-            by_scope[scope].append(item_id)
-        for scope, ids in by_scope.items():
-            self.store.delete(scope, ids)
-            self.coordinator.bump(scope)
-        return len(expired), len(by_scope)
+        # No version bumps: expired items have been invisible to every read since they expired, and
+        # cached results are re-checked for expiry on every hit. The sweep only reclaims space.
+        return self.store.delete_expired(time.time(), self.settings.max_items_per_run), 0
 
     def _flush_all(self) -> tuple[int, int]:
         items = sets = 0

@@ -209,9 +209,10 @@ class MemorySet(BaseModel):
         metadatas: Sequence[dict[str, Any]] | None = None,
         *,
         wait: bool = True,
+        **lifecycle: Any,
     ) -> list[str]:
-        """Adds items to this set; see ``LongTermMemory.add``."""
-        return self._bound().add(self, items, ids=ids, metadatas=metadatas, wait=wait)
+        """Adds items to this set; see ``LongTermMemory.add`` (``importance``, ``source``, ``pinned``, ``ttl``...)."""
+        return self._bound().add(self, items, ids=ids, metadatas=metadatas, wait=wait, **lifecycle)
 
     def get(self, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
         """Returns items of this set in insertion order; see ``LongTermMemory.get``."""

@@ -153,8 +153,10 @@ class MemoryService:
             self._upsert(request.scope, items, vectors)
             stored_as = {item.id: item.id for item, _ in items}
         else:
+            # Embed before taking the set's lock: only the check-and-write needs to be serialized.
+            vectors = self.embed(request.namespace, [embedding_text(item) for item, _ in items])
             with self._write_lock(request.scope):
-                stored_as = self._add_deduplicated(request.scope, definition, items)
+                stored_as = self._add_deduplicated(request.scope, definition, items, vectors)
         self._changed(request.scope)
         logger.debug("added %d items to %s", len(items), request.scope)
         self._check_capacity(request.scope, definition)
@@ -186,10 +188,13 @@ class MemoryService:
         self.store.upsert(scope, records)
 
     def _add_deduplicated(
-        self, scope: Scope, definition: MemorySet, items: list[tuple[MemorySetItem, int]]
+        self,
+        scope: Scope,
+        definition: MemorySet,
+        items: list[tuple[MemorySetItem, int]],
+        vectors: list[list[float]],
     ) -> dict[str, str]:
         """Folds items equal (exact) or close (semantic) to an existing or earlier one into it; stores the rest."""
-        vectors = self.embed(scope.namespace, [embedding_text(item) for item, _ in items])
         existing = self.store.find_by_text_hash(scope, [text_hash(item.value) for item, _ in items])
         stored_as: dict[str, str] = {}
         kept: list[tuple[MemorySetItem, int]] = []

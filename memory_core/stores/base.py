@@ -212,6 +212,11 @@ class VectorStore(Protocol):
         """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)``."""
         ...
 
+    def delete_expired(self, now: float, limit: int) -> int:
+        """Deletes expired, unpinned items of every namespace: one filtered delete when at most ``limit`` are
+        due, else ``limit`` of them (the rest next time). Returns how many went."""
+        ...
+
     def close(self) -> None:
         """Releases files, locks and connections."""
         ...

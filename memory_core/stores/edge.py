@@ -210,6 +210,22 @@ class EdgeVectorStore:
                 break
         return found
 
+    def delete_expired(self, now: float, limit: int) -> int:
+        expired = _expired(now)
+        with _translated("count"):
+            due = self._items.count(qe.CountRequest(exact=True, filter=expired))
+        if due == 0:
+            return 0
+        if due <= limit:
+            self._update(self._items, qe.UpdateOperation.delete_points_by_filter(expired), "expiry delete")
+            return due
+        request = qe.ScrollRequest(limit=limit, filter=expired, with_payload=False)
+        with _translated("scroll"):
+            records, _ = self._items.scroll(request)
+        ids: list[Any] = [r.id for r in records]
+        self._update(self._items, qe.UpdateOperation.delete_points(ids), "expiry delete")
+        return len(ids)
+
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         if item_ids is None:
             # Expired items of the set go too: "delete everything" means everything stored.

@@ -134,5 +134,12 @@ class InMemoryVectorStore:
             ]
         return found[:limit]
 
+    def delete_expired(self, now: float, limit: int) -> int:
+        doomed = self.expired(now, limit)
+        with self._lock:
+            for scope, item_id in doomed:
+                self._items.get(scope, {}).pop(item_id, None)
+        return len(doomed)
+
     def close(self) -> None:
         """Nothing to release."""

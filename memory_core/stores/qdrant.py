@@ -220,6 +220,20 @@ class QdrantVectorStore:
         with _translated("count"):
             return self._client.count(self._items, count_filter=_visible_in(*scope), exact=True).count
 
+    def delete_expired(self, now: float, limit: int) -> int:
+        expired = _expired(now)
+        with _translated("expiry delete"):
+            due = self._client.count(self._items, count_filter=expired, exact=True).count
+            if due == 0:
+                return 0
+            if due <= limit:
+                self._client.delete(self._items, points_selector=qm.FilterSelector(filter=expired), wait=True)
+                return due
+            records, _ = self._client.scroll(self._items, scroll_filter=expired, limit=limit, with_payload=False)
+            ids: list[qm.ExtendedPointId] = [r.id for r in records]
+            self._client.delete(self._items, points_selector=qm.PointIdsList(points=ids), wait=True)
+            return len(ids)
+
     def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
         selector: qm.PointsSelector
         if item_ids is None:

@@ -215,3 +215,15 @@ def test_set_fields_updates_payload_in_place(store: VectorStore):
     assert a.last_accessed_time == T0 + timedelta(seconds=99)
     assert a.additional_metadata == {"k": 1}
     assert b.last_accessed_time == T0 + timedelta(seconds=2)
+
+
+def test_delete_expired_is_bounded_and_spares_pinned_and_live_items(store: VectorStore):
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    store.upsert(SCOPE, [_record(f"e{i}", f"old {i}", i, expires_at=past) for i in range(5)])
+    store.upsert(SCOPE, [_record("p", "pinned", 10, expires_at=past, pinned=True), _record("live", "live", 11)])
+    now = datetime.now(UTC).timestamp()
+    assert store.delete_expired(now, 3) == 3
+    assert store.delete_expired(now, 3) == 2
+    assert store.delete_expired(now, 3) == 0
+    assert store.expired(now, 10) == []
+    assert sorted(i.id for i in store.list_items(SCOPE)) == ["live", "p"]
