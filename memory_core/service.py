@@ -21,7 +21,7 @@ import numpy as np
 from memory_core.cache.embeddings import EmbeddingCache
 from memory_core.coordination import Coordinator
 from memory_core.embedders import Embedder
-from memory_core.errors import InvalidRequestError, MemoryCoreError, MemorySetNotFound, SetDefinitionConflict
+from memory_core.errors import InvalidRequestError, MemoryCoreError, SetDefinitionConflict
 from memory_core.messages import (
     AddReply,
     AddRequest,
@@ -37,7 +37,7 @@ from memory_core.messages import (
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.settings import LimitsSettings
 from memory_core.stores import ItemRecord, VectorStore
-from memory_core.stores.base import text_hash
+from memory_core.stores.base import require_set, text_hash
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse
 
 logger = logging.getLogger(__name__)
@@ -81,12 +81,7 @@ class MemoryService:
         return self.embedder.embed(texts)
 
     def _definition(self, scope: Scope) -> MemorySet:
-        definition = self.store.get_set(*scope)
-        if definition is None:
-            raise MemorySetNotFound(
-                f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}, key {scope.key!r}"
-            )
-        return definition
+        return require_set(self.store, scope)
 
     def _changed(self, scope: Scope) -> None:
         if self.coordinator is not None:

@@ -1,4 +1,4 @@
-"""The cache seam: byte values under string keys, with a time to live. Values are JSON text, never pickles."""
+"""The cache seam: byte values under string keys, with a time to live. Values are always JSON text."""
 
 from __future__ import annotations
 

@@ -31,13 +31,14 @@ import redis
 
 from memory_core.compaction.summarizer import Summarizer, Summary, Topic, validate_topics
 from memory_core.embedders import Embedder
-from memory_core.errors import MemorySetNotFound, SummarizerError
+from memory_core.errors import SummarizerError
 from memory_core.keys import Keys
 from memory_core.locks import RedisLock
 from memory_core.messages import CompactionReport, CompactRequest
 from memory_core.models import ChatMessage, DatetimeRange, MemorySet, MemorySetItem, MessageRole, Scope
 from memory_core.settings import CompactionSettings
 from memory_core.stores import ItemRecord, VectorStore
+from memory_core.stores.base import require_set
 from memory_core.validation import parse
 
 logger = logging.getLogger(__name__)
@@ -80,9 +81,7 @@ class Compactor:
         """Runs one compaction of the requested set (or reports ``busy`` if one is running)."""
         request = parse(CompactRequest, raw, "compact request")
         scope = request.scope
-        definition = self.store.get_set(*scope)
-        if definition is None:
-            raise MemorySetNotFound(f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}")
+        definition = require_set(self.store, scope)
         lock = RedisLock(self.redis, self.keys.compaction_lock(*scope), self.settings.lock_ttl)
         if not lock.acquire():
             # The running compaction re-checks once at its end; this task's trigger is handed over to it.

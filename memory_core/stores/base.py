@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from memory_core.errors import MemorySetNotFound
 from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
 
 # Fixed forever: changing it would orphan every stored point.
@@ -143,6 +144,16 @@ def is_visible(payload: Mapping[str, Any], now: float) -> bool:
 def in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
     """Whether a stored payload belongs to ``scope`` (a guard on top of the scoped point ids and filters)."""
     return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)
+
+
+def require_set(store: VectorStore, scope: Scope) -> MemorySet:
+    """The definition of the set at ``scope``; raises ``MemorySetNotFound`` naming it when there is none."""
+    definition = store.get_set(*scope)
+    if definition is None:
+        raise MemorySetNotFound(
+            f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}, key {scope.key!r}"
+        )
+    return definition
 
 
 def sort_by_seq(pairs: Sequence[tuple[int, MemorySetItem]]) -> list[MemorySetItem]:

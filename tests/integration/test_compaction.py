@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,14 +14,7 @@ from memory_core.models import DatetimeRange, MessageRole
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
 from .rawbroker import publish_raw
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.1)
+from .waiting import wait_for
 
 
 def requests_about(fake: FakeAnthropic, marker: str) -> list[dict[str, Any]]:

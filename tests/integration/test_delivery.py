@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -11,14 +10,7 @@ from memory_core import InvalidRequestError, MemoryClient, routing
 from memory_core.settings import Settings
 
 from .rawbroker import add_kwargs, publish_raw
-
-
-def _wait_for(predicate, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+from .waiting import wait_for
 
 
 def test_the_same_add_message_delivered_twice_leaves_one_copy(client: MemoryClient, namespace: str):
@@ -41,7 +33,7 @@ def test_a_message_of_an_unknown_schema_version_is_refused_and_dead_lettered(
     with pytest.raises(InvalidRequestError, match="v"):
         client.dispatcher.wait(namespace, task_id)
     key = client.keys.dead_letters(namespace)
-    _wait_for(lambda: raw_redis.llen(key) == 1)
+    wait_for(lambda: raw_redis.llen(key) == 1)
     letter = json.loads(raw_redis.lindex(key, 0))
     assert letter["task"] == routing.ADD
     assert letter["task_id"] == task_id
@@ -52,7 +44,7 @@ def test_a_message_of_an_unknown_schema_version_is_refused_and_dead_lettered(
 
 def test_a_message_naming_no_valid_namespace_goes_to_the_unroutable_dead_letters(client: MemoryClient, raw_redis):
     publish_raw(client.settings.broker_url, routing.ADD, {"request": {"namespace": "a:b", "v": 1}})
-    _wait_for(lambda: raw_redis.llen(client.keys.unroutable_dead_letters()) == 1)
+    wait_for(lambda: raw_redis.llen(client.keys.unroutable_dead_letters()) == 1)
 
 
 def test_a_failed_read_is_reported_but_not_dead_lettered(client: MemoryClient, namespace: str, raw_redis):

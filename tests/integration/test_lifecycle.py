@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,14 +14,7 @@ from memory_core.models import Scope
 from workers import services
 
 from .rawbroker import publish_raw
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+from .waiting import wait_for
 
 
 def run_sweep(client: MemoryClient, task: str, celery_app: Celery, marker: str) -> None:
