@@ -163,6 +163,11 @@ class MemoryClient:
         """A client configured from ``MEMORY_*`` environment variables (and ``.env``)."""
         return cls(load_settings())
 
+    @property
+    def dispatcher_redis(self) -> redis.Redis:
+        """The Redis connection this client uses for replies, caches and counters (for ops tools)."""
+        return self._redis
+
     def long_term(self, namespace: str, key: str) -> LongTermMemory:
         """Long-term memory of one key (user, agent, conversation) inside one namespace (tenant)."""
         return LongTermMemory(self, _checked(_NAMESPACE, namespace, "namespace"), _checked(_KEY, key, "key"))

@@ -107,9 +107,13 @@ class Dispatcher:
 
     def send(self, task: str, request: Request, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
+        return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary)
+
+    def send_raw(self, task: str, kwargs: dict[str, Any], summary: str) -> str:
+        """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
         task_id = str(uuid.uuid4())
         queue = self._queues[ROUTES[task]]
-        body, headers = celery_message(task, task_id, {"request": request.model_dump(mode="json")}, summary)
+        body, headers = celery_message(task, task_id, kwargs, summary)
         retries = self._settings.client.publish_retries
         try:
             with self._producers.acquire(block=True, timeout=self._settings.client.timeout) as producer:
