@@ -39,6 +39,8 @@ from memory_core.messages import (
     CompactRequest,
     CountReply,
     CreateSetRequest,
+    ForgetReceipt,
+    ForgetRequest,
     IdsRequest,
     ItemsReply,
     NewItem,
@@ -182,6 +184,22 @@ class MemoryClient:
                 f"cannot read usage from Redis at {redact_url(self.settings.redis.url)}: {exc}"
             ) from exc
         return Usage.from_counters(namespace, {_text(k): int(v) for k, v in raw.items()})
+
+    def forget(self, namespace: str, key: str | None = None) -> ForgetReceipt:
+        """Erases everything of a namespace, or of one key in it: items, set definitions, caches, dead letters.
+
+        Returns a receipt with counts per store. This process's own caches are cleared too; other
+        processes' cached entries are unreachable (set versions are bumped) and expire with their TTL.
+        """
+        namespace = _checked(_NAMESPACE, namespace, "namespace")
+        key = None if key is None else _checked(_KEY, key, "key")
+        request = ForgetRequest(namespace=namespace, key=key)
+        summary = json.dumps({"namespace": namespace, "key": key})
+        receipt = ForgetReceipt.model_validate(self.dispatcher.call(routing.FORGET, request, summary))
+        prefix = f"{self.keys.prefix}:{namespace}:"
+        self.l1.delete_where(lambda k: k.startswith(prefix) and (key is None or f":{key}:" in k))
+        self.definitions.forget_scope(namespace, key)
+        return receipt
 
     def stats(self) -> ClientStats:
         """Hit and miss counts of this process's caches, per tier, and the L1's size."""

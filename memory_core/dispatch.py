@@ -23,7 +23,7 @@ from kombu.pools import ProducerPool
 
 from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
 from memory_core.keys import Keys
-from memory_core.messages import Reply, Request
+from memory_core.messages import NamespaceRequest, Reply
 from memory_core.routing import ROUTES
 from memory_core.settings import Settings, redact_url
 
@@ -105,7 +105,7 @@ class Dispatcher:
         # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
         self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
 
-    def send(self, task: str, request: Request, summary: str) -> str:
+    def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
         return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary)
 
@@ -163,7 +163,7 @@ class Dispatcher:
         assert reply.error is not None
         raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
 
-    def call(self, task: str, request: Request, summary: str, timeout: float | None = None) -> dict[str, Any]:
+    def call(self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None) -> dict[str, Any]:
         """``send`` then ``wait``."""
         return self.wait(request.namespace, self.send(task, request, summary), timeout)
 

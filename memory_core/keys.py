@@ -89,6 +89,15 @@ class Keys:
         """Dead letters whose message named no valid namespace (malformed or hostile input)."""
         return f"{self.prefix}:{_OPS}:deadletters-unroutable"
 
+    def key_patterns(self, namespace: str, key: str) -> list[str]:
+        """SCAN patterns matching the keys of one key (user, agent) in a namespace, kind by kind.
+
+        Version counters are left out on purpose (see ``memory_core.erasure``). Names cannot hold glob
+        characters, so a pattern matches exactly that key.
+        """
+        kinds = ("setdef", "item", "search", "compaction-dirty", "compaction-pending", "write-lock")
+        return [f"{self.prefix}:{namespace}:{kind}:{key}:*" for kind in kinds]
+
     def namespace_pattern(self, namespace: str) -> str:
         """A SCAN pattern matching every key of one namespace (used by erasure and tests)."""
         return f"{self.prefix}:{namespace}:*"

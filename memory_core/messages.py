@@ -23,11 +23,16 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Request(_Wire):
-    """Fields every task request carries: the schema version and the tenant scope."""
+class NamespaceRequest(_Wire):
+    """Fields every task request carries: the schema version and the tenant."""
 
     v: Literal[1] = 1
     namespace: Namespace
+
+
+class Request(NamespaceRequest):
+    """A request about one key (user, agent, conversation) of a namespace."""
+
     key: Key
 
 
@@ -124,6 +129,23 @@ class MaintenanceReport(_Wire):
     items: int = 0
     sets: int = 0
     seconds: float = 0.0
+
+
+class ForgetRequest(NamespaceRequest):
+    """memory.forget: erase everything of one namespace, or of one key in it."""
+
+    key: Key | None = None
+
+
+class ForgetReceipt(_Wire):
+    """What an erasure removed, per store."""
+
+    namespace: str
+    key: str | None
+    items: int
+    sets: int
+    redis_keys: int
+    dead_letters: int
 
 
 class AddReply(_Wire):

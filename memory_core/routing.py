@@ -16,6 +16,7 @@ ADD = "memory.add"
 DELETE = "memory.delete"
 CREATE_SET = "memory.create_set"
 DELETE_SET = "memory.delete_set"
+FORGET = "memory.forget"
 GET = "memory.get"
 SEARCH = "memory.search"
 SIZE = "memory.size"
@@ -31,6 +32,7 @@ ROUTES: dict[str, str] = {
     DELETE: WRITE_QUEUE,
     CREATE_SET: WRITE_QUEUE,
     DELETE_SET: WRITE_QUEUE,
+    FORGET: WRITE_QUEUE,
     GET: READ_QUEUE,
     SEARCH: READ_QUEUE,
     SIZE: READ_QUEUE,

@@ -19,6 +19,7 @@ from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
 from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.embedders import open_embedder
+from memory_core.erasure import Eraser
 from memory_core.keys import Keys
 from memory_core.maintenance import Maintenance
 from memory_core.service import MemoryService
@@ -40,6 +41,7 @@ class Services:
     compactor: Compactor
     compaction_trigger: CompactionTrigger
     maintenance: Maintenance
+    eraser: Eraser
 
     def close(self) -> None:
         """Flushes and releases the store (its directory lock), broker and Redis connections."""
@@ -128,4 +130,5 @@ def _build(settings: Settings) -> Services:
             settings=settings.maintenance,
             max_sets=settings.compaction.sweep_max_sets,
         ),
+        eraser=Eraser(store=store, coordinator=coordinator, keys=keys),
     )

@@ -64,6 +64,12 @@ class DefinitionCache:
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot update the set cache in Redis: {exc}") from exc
 
+    def forget_scope(self, namespace: str, key: str | None) -> None:
+        """Drops this process's L1 definitions of a namespace (or one key); L2 is erased by the worker."""
+        with self._lock:
+            for slot in [s for s in self._l1 if s[0] == namespace and (key is None or s[1] == key)]:
+                del self._l1[slot]
+
     def _remember(self, slot: tuple[str, str, str], definition: MemorySet) -> None:
         with self._lock:
             self._l1[slot] = (time.monotonic() + self._l1_ttl, definition)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 
 
 class LocalCache:
@@ -56,6 +57,14 @@ class LocalCache:
             for key in keys:
                 if key in self._entries:
                     self._drop(key)
+
+    def delete_where(self, predicate: Callable[[str], bool]) -> int:
+        """Removes every key the predicate accepts; returns how many."""
+        with self._lock:
+            doomed = [k for k in self._entries if predicate(k)]
+            for key in doomed:
+                self._drop(key)
+        return len(doomed)
 
     def _drop(self, key: str) -> None:
         _, value = self._entries.pop(key)

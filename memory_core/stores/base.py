@@ -223,6 +223,13 @@ class VectorStore(Protocol):
         """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)``."""
         ...
 
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        """Deletes every item and set definition of a namespace (or one key of it), expired ones included.
+
+        Returns the number of items deleted and the ``key:set`` names of the sets removed.
+        """
+        ...
+
     def delete_expired(self, now: float, limit: int) -> int:
         """Deletes expired, unpinned items of every namespace: one filtered delete when at most ``limit`` are
         due, else ``limit`` of them (the rest next time). Returns how many went."""

@@ -210,6 +210,18 @@ class EdgeVectorStore:
                 break
         return found
 
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        conditions = [qe.FieldCondition(key="namespace", match=qe.MatchValue(namespace))]
+        if key is not None:
+            conditions.append(qe.FieldCondition(key="key", match=qe.MatchValue(key)))
+        scope_filter = qe.Filter(must=list(conditions))
+        with _translated("count"):
+            items = self._items.count(qe.CountRequest(exact=True, filter=scope_filter))
+        sets = [f"{p['key']}:{p['set']}" for p in self._scroll(self._sets, scope_filter)]
+        self._update(self._items, qe.UpdateOperation.delete_points_by_filter(scope_filter), "erasure")
+        self._update(self._sets, qe.UpdateOperation.delete_points_by_filter(scope_filter), "erasure")
+        return items, sets
+
     def delete_expired(self, now: float, limit: int) -> int:
         expired = _expired(now)
         with _translated("count"):

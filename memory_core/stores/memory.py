@@ -134,6 +134,18 @@ class InMemoryVectorStore:
             ]
         return found[:limit]
 
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        def mine(ns: str, k: str) -> bool:
+            return ns == namespace and (key is None or k == key)
+
+        with self._lock:
+            scopes = [s for s in self._items if mine(s.namespace, s.key)]
+            items = sum(len(self._items.pop(s)) for s in scopes)
+            sets = [slot for slot in self._sets if mine(slot[0], slot[1])]
+            for slot in sets:
+                del self._sets[slot]
+        return items, [f"{k}:{name}" for _, k, name in sets]
+
     def delete_expired(self, now: float, limit: int) -> int:
         doomed = self.expired(now, limit)
         with self._lock:

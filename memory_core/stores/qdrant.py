@@ -220,6 +220,17 @@ class QdrantVectorStore:
         with _translated("count"):
             return self._client.count(self._items, count_filter=_visible_in(*scope), exact=True).count
 
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        fields = [("namespace", namespace)] + ([("key", key)] if key is not None else [])
+        scope_filter = qm.Filter(must=[qm.FieldCondition(key=f, match=qm.MatchValue(value=v)) for f, v in fields])
+        with _translated("erasure"):
+            items = self._client.count(self._items, count_filter=scope_filter, exact=True).count
+            records, _ = self._client.scroll(self._sets, scroll_filter=scope_filter, limit=100_000, with_payload=True)
+            sets = [f"{r.payload['key']}:{r.payload['set']}" for r in records if r.payload]
+            for collection in (self._items, self._sets):
+                self._client.delete(collection, points_selector=qm.FilterSelector(filter=scope_filter), wait=True)
+        return items, sets
+
     def delete_expired(self, now: float, limit: int) -> int:
         expired = _expired(now)
         with _translated("expiry delete"):

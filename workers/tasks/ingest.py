@@ -28,6 +28,12 @@ def add(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     return self.services.memory.add(request).model_dump(mode="json")
 
 
+@shared_task(name=routing.FORGET, bind=True, base=MemoryTask)
+def forget(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Erase a namespace, or one key of it, from every store."""
+    return self.services.eraser.forget(request).model_dump(mode="json")
+
+
 @shared_task(name=routing.DELETE, bind=True, base=MemoryTask)
 def delete(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """Delete items by id, or all items of a set."""

@@ -227,3 +227,18 @@ def test_delete_expired_is_bounded_and_spares_pinned_and_live_items(store: Vecto
     assert store.delete_expired(now, 3) == 0
     assert store.expired(now, 10) == []
     assert sorted(i.id for i in store.list_items(SCOPE)) == ["live", "p"]
+
+
+def test_forget_removes_a_key_or_a_whole_namespace_and_nothing_else(store: VectorStore):
+    keep = Scope("other", "key", "notes")
+    for scope in (SCOPE, Scope("ns", "key", "more"), Scope("ns", "key2", "notes"), keep):
+        store.upsert(scope, [_record("a", "x", 1)])
+        store.put_set(scope.namespace, scope.key, MemorySet(name=scope.set_name))
+    items, sets = store.forget("ns", "key")
+    assert (items, sorted(sets)) == (2, ["key:more", "key:notes"])
+    assert store.count(SCOPE) == 0
+    assert store.get_set("ns", "key", "notes") is None
+    assert store.count(Scope("ns", "key2", "notes")) == 1
+    assert store.forget("ns", None) == (1, ["key2:notes"])
+    assert store.count(keep) == 1
+    assert store.get_set("other", "key", "notes") is not None

@@ -1,0 +1,76 @@
+"""Erasure: after forget, nothing of the key (or namespace) can be read by any path, caches included."""
+
+from __future__ import annotations
+
+import pytest
+from celery import Celery
+
+from memory_core import MemoryClient, MemorySet, MemorySetNotFound
+from memory_core.models import Scope
+from memory_core.settings import Settings
+from workers import services
+
+
+def _redis_text(raw_redis, pattern: str) -> str:
+    """Every string, list and hash value under ``pattern``, as one text (to look for leaked memory text)."""
+    parts = []
+    for key in raw_redis.scan_iter(pattern):
+        kind = raw_redis.type(key).decode()
+        if kind == "string":
+            parts.append(raw_redis.get(key).decode(errors="replace"))
+        elif kind == "list":
+            parts.extend(v.decode(errors="replace") for v in raw_redis.lrange(key, 0, -1))
+        elif kind == "hash":
+            parts.extend(f"{k!r}{v!r}" for k, v in raw_redis.hgetall(key).items())
+    return "\n".join(parts)
+
+
+def _every_read_fails(ltm) -> None:
+    for call in (
+        lambda: ltm.get_memory_set("notes"),
+        lambda: ltm.get("notes"),
+        lambda: ltm.get("notes", ["x"]),
+        lambda: ltm.search("notes", "secret", limit=5),
+        lambda: ltm.size("notes"),
+    ):
+        with pytest.raises(MemorySetNotFound):
+            call()
+
+
+def test_forgetting_a_key_erases_it_everywhere_and_spares_the_others(
+    client: MemoryClient, settings: Settings, namespace: str, raw_redis, worker: Celery
+):
+    mine, theirs = client.long_term(namespace, "k1"), client.long_term(namespace, "k2")
+    notes = mine.get_or_create_memory_set("notes")
+    notes.add(["secret of k1: the vault code is 4711"], ids=["x"])
+    notes.search("secret", limit=5)  # cached in L1 and L2
+    notes.get(["x"])  # cached too
+    with pytest.raises(MemorySetNotFound):
+        mine.add(MemorySet(name="ghost"), ["secret of k1 in a dead letter"])
+    other = theirs.get_or_create_memory_set("notes")
+    other.add(["secret of k2"], ids=["x"])
+
+    receipt = client.forget(namespace, "k1")
+    assert (receipt.items, receipt.sets, receipt.dead_letters) == (1, 1, 1)
+    assert receipt.redis_keys >= 3  # the definition, the cached item and the cached search at least
+
+    _every_read_fails(mine)
+    with MemoryClient(settings) as fresh:  # another process: L2 paths
+        _every_read_fails(fresh.long_term(namespace, "k1"))
+    assert services.get(worker).memory.store.list_items(Scope(namespace, "k1", "notes")) == []
+    assert "secret of k1" not in _redis_text(raw_redis, client.keys.namespace_pattern(namespace))
+    assert [i.value for i in other.get()] == ["secret of k2"]
+    assert [h.value for h in other.search("secret", limit=5)] == ["secret of k2"]
+
+
+def test_forgetting_a_namespace_leaves_only_version_counters(client: MemoryClient, namespace: str, raw_redis):
+    for key in ("a", "b"):
+        memory_set = client.long_term(namespace, key).get_or_create_memory_set("notes")
+        memory_set.add([f"secret of {key}"])
+        memory_set.search("secret", limit=1)
+    receipt = client.forget(namespace)
+    assert (receipt.items, receipt.sets) == (2, 2)
+    left = [k.decode() for k in raw_redis.scan_iter(client.keys.namespace_pattern(namespace))]
+    assert all(":version:" in k for k in left), left
+    for key in ("a", "b"):
+        _every_read_fails(client.long_term(namespace, key))
