@@ -53,6 +53,8 @@ class QdrantSettings(BaseModel):
     api_key: SecretStr | None = None
     collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
     timeout: float = Field(default=10.0, gt=0)
+    # Fault tests only: while this file exists, every store call fails with TransientStoreError.
+    fault_flag: Path | None = None
 
 
 class EmbedderSettings(BaseModel):

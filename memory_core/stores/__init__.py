@@ -19,6 +19,12 @@ def collection_name(settings: QdrantSettings, model_name: str) -> str:
 
 def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
     """Opens the configured store. Called once per worker process, after fork."""
+    from memory_core.stores.faults import with_faults
+
+    return with_faults(_open(settings, model_name=model_name, dimension=dimension), settings.fault_flag)
+
+
+def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
     collection = collection_name(settings, model_name)
     if settings.backend == "edge":
         from memory_core.stores.edge import EdgeVectorStore
