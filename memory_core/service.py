@@ -35,6 +35,7 @@ from memory_core.messages import (
     SetRequest,
 )
 from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.redaction import Redactor
 from memory_core.settings import LimitsSettings
 from memory_core.stores import ItemRecord, VectorStore
 from memory_core.stores.base import require_set, text_hash
@@ -64,6 +65,7 @@ class MemoryService:
         on_capacity: Callable[[Scope], object] | None = None,
         coordinator: Coordinator | None = None,
         embeddings: EmbeddingCache | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -71,6 +73,7 @@ class MemoryService:
         self.on_capacity = on_capacity
         self.coordinator = coordinator
         self.embeddings = embeddings
+        self.redactor = redactor
         self._local_locks: dict[Scope, threading.Lock] = {}
         self._local_locks_guard = threading.Lock()
 
@@ -160,6 +163,13 @@ class MemoryService:
     def _new_item(self, definition: MemorySet, new: NewItem) -> tuple[MemorySetItem, int]:
         check_value(new.value, definition.item_type, f"item {new.id!r}", self.limits)
         check_metadata(new.metadata, f"metadata of item {new.id!r}", self.limits)
+        value, metadata = new.value, new.metadata
+        if self.redactor is not None:  # before anything is embedded or stored
+            metadata = self.redactor.data(metadata)
+            if isinstance(value, str):
+                value = self.redactor.text(value)
+            else:
+                value = value.model_copy(update={"content": self.redactor.text(value.content)})
         expires_at = new.expires_at
         ttl = new.ttl if new.ttl is not None else definition.ttl_seconds
         if expires_at is None and ttl is not None:
@@ -167,10 +177,10 @@ class MemoryService:
         item = MemorySetItem(
             memory_set_name=definition.name,
             id=new.id,
-            value=new.value,
+            value=value,
             created_time=new.created_time,
             last_accessed_time=new.created_time,
-            additional_metadata=new.metadata,
+            additional_metadata=metadata,
             importance=new.importance,
             source=new.source,
             pinned=new.pinned,

@@ -105,6 +105,13 @@ class MaintenanceSettings(BaseModel):
     max_items_per_run: int = Field(default=10_000, ge=1)
 
 
+class RedactionSettings(BaseModel):
+    """Optional redaction of personal data in the worker, before embedding and storage (off by default)."""
+
+    enabled: bool = False
+    kinds: list[Literal["email", "phone", "card"]] = ["email", "phone", "card"]
+
+
 class LimitsSettings(BaseModel):
     """What one call may carry; checked in the client before anything is enqueued, and again in the worker."""
 
@@ -153,6 +160,7 @@ class Settings(BaseSettings):
     compaction: CompactionSettings = CompactionSettings()
     cache: CacheSettings = CacheSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    redaction: RedactionSettings = RedactionSettings()
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
 

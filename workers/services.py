@@ -22,6 +22,7 @@ from memory_core.embedders import open_embedder
 from memory_core.erasure import Eraser
 from memory_core.keys import Keys
 from memory_core.maintenance import Maintenance
+from memory_core.redaction import Redactor
 from memory_core.service import MemoryService
 from memory_core.settings import Settings, redact_url
 from memory_core.stores import open_store
@@ -107,6 +108,7 @@ def _build(settings: Settings) -> Services:
         on_capacity=trigger,
         coordinator=coordinator,
         embeddings=embeddings if settings.cache.enabled else None,
+        redactor=Redactor(settings.redaction.kinds) if settings.redaction.enabled else None,
     )
     return Services(
         settings=settings,

@@ -85,3 +85,32 @@ def test_delete_set_reports_whether_it_existed(service: MemoryService):
     _create(service)
     assert service.delete_set(_scope(set_name="notes")).count == 1
     assert service.delete_set(_scope(set_name="notes")).count == 0
+
+
+def test_a_redactor_cleans_values_and_metadata_before_they_are_embedded_or_stored():
+    from memory_core.models import ChatMessage
+    from memory_core.redaction import Redactor
+
+    embedded: list[str] = []
+
+    class RecordingEmbedder(HashingEmbedder):
+        def embed(self, texts):
+            embedded.extend(texts)
+            return super().embed(texts)
+
+    store = InMemoryVectorStore()
+    service = MemoryService(store=store, embedder=RecordingEmbedder(), limits=LimitsSettings(), redactor=Redactor())
+    _create(service)
+    request = _add([("a", "mail alice@example.com or call 555 123 4567")])
+    request["items"][0]["metadata"] = {"contact": "bob@example.org"}
+    service.add(request)
+    (item,) = service.get(_scope(set_name="notes")).items
+    assert item.value == "mail [EMAIL] or call [PHONE]"
+    assert item.additional_metadata == {"contact": "[EMAIL]"}
+    assert embedded == ["mail [EMAIL] or call [PHONE]"]
+    service.create_set(_scope(definition=MemorySet(name="chat", item_type=ChatMessage).model_dump(mode="json")))
+    chat = _add([("m", {"role": "user", "content": "I am at carol@example.net"})])
+    chat["set_name"] = "chat"
+    service.add(chat)
+    (message,) = service.get(_scope(set_name="chat")).items
+    assert message.value == ChatMessage(content="I am at [EMAIL]")
