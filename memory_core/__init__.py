@@ -6,6 +6,7 @@ and persist to Qdrant; Redis is the broker and shared cache.
 
 from memory_core.client import LongTermMemory, MemoryClient, WriteReceipt
 from memory_core.errors import (
+    AuthorizationError,
     BrokerUnavailable,
     CompactionError,
     ConfigurationError,
@@ -34,6 +35,7 @@ from memory_core.models import (
 from memory_core.settings import Settings, get_settings, load_settings
 
 __all__ = [
+    "AuthorizationError",
     "BrokerUnavailable",
     "ChatMessage",
     "ClientStats",

@@ -23,6 +23,7 @@ import redis
 from pydantic import TypeAdapter, ValidationError
 
 from memory_core import routing
+from memory_core.auth import TokenMap, refusal
 from memory_core.cache.definitions import DefinitionCache
 from memory_core.cache.local import LocalCache
 from memory_core.cache.reads import ReadCache, search_digest
@@ -148,6 +149,8 @@ class MemoryClient:
         self.keys = Keys(settings.redis.key_prefix)
         self._redis = open_redis(settings)
         self.dispatcher = Dispatcher(settings, self._redis, self.keys)
+        self._tokens = TokenMap.from_secret(settings.auth.tokens)
+        self._token = settings.client.token.get_secret_value() if settings.client.token else None
         self.definitions = DefinitionCache(self._redis, self.keys)
         self.coordinator = Coordinator(self._redis, self.keys)
         cache = settings.cache
@@ -172,7 +175,14 @@ class MemoryClient:
 
     def long_term(self, namespace: str, key: str) -> LongTermMemory:
         """Long-term memory of one key (user, agent, conversation) inside one namespace (tenant)."""
-        return LongTermMemory(self, _checked(_NAMESPACE, namespace, "namespace"), _checked(_KEY, key, "key"))
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        return LongTermMemory(self, namespace, _checked(_KEY, key, "key"))
+
+    def _authorized(self, namespace: str) -> str:
+        # When this process knows the token map, refuse early; the workers check every task regardless.
+        if self._tokens is not None and not self._tokens.grants(self._token, namespace):
+            raise refusal(namespace)
+        return namespace
 
     def usage(self, namespace: str) -> Usage:
         """Compaction counters and model tokens of one namespace (read from Redis, no task)."""
@@ -191,7 +201,7 @@ class MemoryClient:
         Returns a receipt with counts per store. This process's own caches are cleared too; other
         processes' cached entries are unreachable (set versions are bumped) and expire with their TTL.
         """
-        namespace = _checked(_NAMESPACE, namespace, "namespace")
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
         key = None if key is None else _checked(_KEY, key, "key")
         request = ForgetRequest(namespace=namespace, key=key)
         summary = json.dumps({"namespace": namespace, "key": key})

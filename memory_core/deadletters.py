@@ -63,7 +63,7 @@ class DeadLetters:
                 break
             letter = DeadLetter(namespace=namespace, **json.loads(entry))
             summary = json.dumps({"namespace": namespace, "replay_of": letter.task_id})
-            sent.append(self._dispatcher.send_raw(letter.task, letter.payload, summary))
+            sent.append(self._dispatcher.send_raw(letter.task, letter.payload, summary, namespace))
             self._redis.lrem(key, 1, entry.decode() if isinstance(entry, bytes) else str(entry))
         self._redis.srem(self._keys.dead_letter_namespaces(), namespace)
         return sent

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -21,6 +22,7 @@ from kombu import Connection, Queue
 from kombu.exceptions import KombuError, OperationalError
 from kombu.pools import ProducerPool
 
+from memory_core.auth import AUTH_HEADER
 from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
 from memory_core.keys import Keys
 from memory_core.messages import NamespaceRequest, Reply
@@ -82,8 +84,17 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str
 class Dispatcher:
     """Publishes task messages to their queues and waits for replies. Thread-safe."""
 
-    def __init__(self, settings: Settings, redis_client: redis.Redis, keys: Keys) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        redis_client: redis.Redis,
+        keys: Keys,
+        token_for: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._settings = settings
+        client_token = settings.client.token.get_secret_value() if settings.client.token else None
+        # Which token to send for a namespace: the client's own, or (in workers) the one that grants it.
+        self._token_for = token_for or (lambda namespace: client_token)
         self._redis = redis_client
         self._keys = keys
         self._broker = redact_url(settings.broker_url)
@@ -107,13 +118,16 @@ class Dispatcher:
 
     def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
-        return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary)
+        return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary, request.namespace)
 
-    def send_raw(self, task: str, kwargs: dict[str, Any], summary: str) -> str:
+    def send_raw(self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None = None) -> str:
         """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
         task_id = str(uuid.uuid4())
         queue = self._queues[ROUTES[task]]
         body, headers = celery_message(task, task_id, kwargs, summary)
+        token = self._token_for(namespace) if namespace else None
+        if token:
+            headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
         retries = self._settings.client.publish_retries
         try:
             with self._producers.acquire(block=True, timeout=self._settings.client.timeout) as producer:

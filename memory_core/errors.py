@@ -9,6 +9,7 @@ client sees) is a ``MemoryCoreError``::
     │   └── SetDefinitionConflict
     ├── NotFoundError
     │   └── MemorySetNotFound
+    ├── AuthorizationError
     ├── BrokerUnavailable
     ├── ReplyTimeout
     ├── StoreError
@@ -47,6 +48,10 @@ class NotFoundError(MemoryCoreError):
 
 class MemorySetNotFound(NotFoundError):
     """Raised when a memory set does not exist in the given namespace and key."""
+
+
+class AuthorizationError(MemoryCoreError):
+    """Raised when a call's token does not grant the namespace it names (auth is on)."""
 
 
 class BrokerUnavailable(MemoryCoreError):

@@ -135,10 +135,17 @@ class CelerySettings(BaseModel):
     reply_ttl: int = Field(default=600, ge=1)
 
 
+class AuthSettings(BaseModel):
+    """Per-namespace API tokens (off when unset): a JSON object of token -> namespace, kept secret."""
+
+    tokens: SecretStr | None = None
+
+
 class ClientSettings(BaseModel):
-    """How the thin client waits for workers."""
+    """How the thin client waits for workers, and the token it sends when auth is on."""
 
     timeout: float = Field(default=60.0, gt=0)
+    token: SecretStr | None = None
     publish_retries: int = Field(default=2, ge=0)
 
 
@@ -161,6 +168,7 @@ class Settings(BaseSettings):
     cache: CacheSettings = CacheSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
     redaction: RedactionSettings = RedactionSettings()
+    auth: AuthSettings = AuthSettings()
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
 

@@ -17,6 +17,7 @@ from celery import Task
 from pydantic import TypeAdapter, ValidationError
 
 from memory_core import routing
+from memory_core.auth import AUTH_HEADER, refusal
 from memory_core.errors import MemoryCoreError, TransientStoreError
 from memory_core.messages import ErrorInfo, Reply
 from memory_core.models import Namespace
@@ -54,6 +55,15 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     retry_jitter = True
     max_retries = 5
     acks_late = True
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # Every task that names a namespace must carry a token granting it, when auth is on.
+        tokens = self.services.tokens
+        namespace = request_namespace(kwargs)
+        token = getattr(self.request, AUTH_HEADER, None)
+        if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
+            raise refusal(namespace)
+        return super().__call__(*args, **kwargs)
 
     @property
     def services(self) -> services.Services:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import redis
 from celery import Celery
 
+from memory_core.auth import TokenMap
 from memory_core.cache.embeddings import EmbeddingCache
 from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
 from memory_core.coordination import Coordinator
@@ -43,6 +44,7 @@ class Services:
     compaction_trigger: CompactionTrigger
     maintenance: Maintenance
     eraser: Eraser
+    tokens: TokenMap | None
 
     def close(self) -> None:
         """Flushes and releases the store (its directory lock), broker and Redis connections."""
@@ -85,7 +87,9 @@ def close(app: Celery) -> None:
 def _build(settings: Settings) -> Services:
     keys = Keys(settings.redis.key_prefix)
     redis_client = open_redis(settings)
-    dispatcher = Dispatcher(settings, redis_client, keys)
+    tokens = TokenMap.from_secret(settings.auth.tokens)
+    # Tasks the worker enqueues itself (compactions) carry a token that grants their namespace.
+    dispatcher = Dispatcher(settings, redis_client, keys, token_for=tokens.token_for if tokens else None)
     embedder = open_embedder(settings.embedder)
     store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
     summarizer = open_summarizer(settings, embedder)
@@ -133,4 +137,5 @@ def _build(settings: Settings) -> Services:
             max_sets=settings.compaction.sweep_max_sets,
         ),
         eraser=Eraser(store=store, coordinator=coordinator, keys=keys),
+        tokens=tokens,
     )

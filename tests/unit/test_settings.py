@@ -57,8 +57,11 @@ def test_a_bad_redis_url_is_refused_without_showing_its_password(monkeypatch: py
 
 def test_secrets_never_show_in_repr(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("MEMORY_ANTHROPIC__API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("MEMORY_AUTH__TOKENS", '{"tok-secret": "acme"}')
+    monkeypatch.setenv("MEMORY_CLIENT__TOKEN", "tok-secret")
     settings = load_settings(_env_file=None)
     assert "sk-ant-secret" not in repr(settings)
+    assert "tok-secret" not in repr(settings)
     assert settings.anthropic.api_key is not None
     assert settings.anthropic.api_key.get_secret_value() == "sk-ant-secret"
 
