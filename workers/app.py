@@ -45,6 +45,9 @@ def create_app(settings: Settings) -> Celery:
         task_ignore_result=True,
         task_acks_late=True,
         worker_prefetch_multiplier=1,
+        # On a broker connection loss, cancel tasks in flight so their (idempotent) messages are redelivered,
+        # instead of leaving unackable messages holding the worker's prefetch slots (the Celery 6 default).
+        worker_cancel_long_running_tasks_on_connection_loss=True,
         task_queues=[Queue(name, routing_key=name) for name in routing.QUEUES],
         task_default_queue=routing.WRITE_QUEUE,
         task_routes={name: {"queue": queue} for name, queue in routing.ROUTES.items()},
