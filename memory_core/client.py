@@ -151,13 +151,13 @@ class MemoryClient:
         self.dispatcher = Dispatcher(settings, self._redis, self.keys)
         self._tokens = TokenMap.from_secret(settings.auth.tokens)
         self._token = settings.client.token.get_secret_value() if settings.client.token else None
-        self.definitions = DefinitionCache(self._redis, self.keys)
         self.coordinator = Coordinator(self._redis, self.keys)
         cache = settings.cache
         self.l1 = LocalCache(max_entries=cache.l1_max_entries, max_bytes=cache.l1_max_bytes)
         tiered = TieredCache(
             self.l1, RedisCache(self._redis, redact_url(settings.redis.url)), l1_ttl=cache.l1_ttl, l2_ttl=cache.l2_ttl
         )
+        self.definitions = DefinitionCache(tiered, self.keys)
         self.reads: ReadCache | None = (
             ReadCache(tiered, self.coordinator, self.keys, redact_url(settings.redis.url)) if cache.enabled else None
         )
@@ -207,8 +207,8 @@ class MemoryClient:
         summary = json.dumps({"namespace": namespace, "key": key})
         receipt = ForgetReceipt.model_validate(self.dispatcher.call(routing.FORGET, request, summary))
         prefix = f"{self.keys.prefix}:{namespace}:"
+        # Items, searches and definitions of the scope, all in the one L1 this process has.
         self.l1.delete_where(lambda k: k.startswith(prefix) and (key is None or f":{key}:" in k))
-        self.definitions.forget_scope(namespace, key)
         return receipt
 
     def stats(self) -> ClientStats:

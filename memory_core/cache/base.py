@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -19,6 +20,18 @@ class Cache(Protocol):
 
     def delete(self, *keys: str) -> None:
         """Removes keys; missing ones are ignored."""
+        ...
+
+
+class SharedCache(Cache, Protocol):
+    """A tier shared across processes, where a round trip costs: it also reads and writes in batches."""
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The values found among ``keys`` (misses are absent)."""
+        ...
+
+    def set_many(self, entries: dict[str, bytes], ttl: float) -> None:
+        """Stores every entry for ``ttl`` seconds."""
         ...
 
 

@@ -90,24 +90,20 @@ class ReadCache:
         """The cached, unexpired items among ``ids``, the version, and Redis' state."""
         version, online = self.version(scope)
         now = utcnow()
+        keys = {self._keys.cached_item(*scope, version, item_id): item_id for item_id in dict.fromkeys(ids)}
         found: dict[str, MemorySetItem] = {}
-        for item_id in dict.fromkeys(ids):
-            raw = self._get(self._keys.cached_item(*scope, version, item_id), online)
-            if raw is not None:
-                (item,) = _load(raw)
-                if not item.is_expired(now):
-                    found[item_id] = item
+        for cache_key, raw in self.tiered.get_many(list(keys), local_only=not online).items():
+            (item,) = _load(raw)
+            if not item.is_expired(now):
+                found[keys[cache_key]] = item
         self._touch(scope, list(found.values()), online)
         return found, version, online
 
     def store_items(self, scope: Scope, version: int, items: Sequence[MemorySetItem]) -> None:
         """Caches items read at ``version``."""
 
-        def write() -> None:
-            for item in items:
-                self.tiered.set(self._keys.cached_item(*scope, version, item.id), _dump([item]))
-
-        self._quietly(write)
+        entries = {self._keys.cached_item(*scope, version, item.id): _dump([item]) for item in items}
+        self._quietly(lambda: self.tiered.set_many(entries))
 
     def _touch(self, scope: Scope, items: Sequence[MemorySetItem], online: bool) -> None:
         # A cache hit is a read too: LRU must see it.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import redis
 
 from memory_core.errors import BrokerUnavailable
@@ -24,6 +26,26 @@ class RedisCache:
     def set(self, key: str, value: bytes, ttl: float) -> None:
         try:
             self._client.set(key, value, ex=max(1, int(ttl)))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cache write to Redis at {self._url} failed: {exc}") from exc
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        if not keys:
+            return {}
+        try:
+            values = self._client.mget(list(keys))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cache read from Redis at {self._url} failed: {exc}") from exc
+        return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, bytes)}
+
+    def set_many(self, entries: dict[str, bytes], ttl: float) -> None:
+        if not entries:
+            return
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                for key, value in entries.items():
+                    pipe.set(key, value, ex=max(1, int(ttl)))
+                pipe.execute()
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cache write to Redis at {self._url} failed: {exc}") from exc
 

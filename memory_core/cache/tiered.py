@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from memory_core.cache.base import Cache, CacheStats
+from collections.abc import Sequence
+
+from memory_core.cache.base import Cache, CacheStats, SharedCache
 
 
 class TieredCache:
     """Reads L1, then L2 (filling L1 on an L2 hit); writes both."""
 
-    def __init__(self, l1: Cache, l2: Cache, *, l1_ttl: float, l2_ttl: float) -> None:
+    def __init__(self, l1: Cache, l2: SharedCache, *, l1_ttl: float, l2_ttl: float) -> None:
         self.l1 = l1
         self.l2 = l2
         self.l1_ttl = l1_ttl
@@ -37,7 +39,35 @@ class TieredCache:
             self.stats.l1.hits += 1
         return value
 
+    def get_many(self, keys: Sequence[str], *, local_only: bool = False) -> dict[str, bytes]:
+        """The values found for ``keys``: L1 first, then one L2 round trip for the rest (unless ``local_only``)."""
+        found: dict[str, bytes] = {}
+        for key in keys:
+            value = self.get_local(key)
+            if value is not None:
+                found[key] = value
+        missing = [k for k in keys if k not in found]
+        if missing and not local_only:
+            fetched = self.l2.get_many(missing)
+            self.stats.l2.hits += len(fetched)
+            self.stats.l2.misses += len(missing) - len(fetched)
+            for key, value in fetched.items():
+                self.l1.set(key, value, self.l1_ttl)
+            found.update(fetched)
+        return found
+
     def set(self, key: str, value: bytes) -> None:
         """Stores in both tiers."""
         self.l1.set(key, value, self.l1_ttl)
         self.l2.set(key, value, self.l2_ttl)
+
+    def set_many(self, entries: dict[str, bytes]) -> None:
+        """Stores several entries in both tiers (one L2 round trip)."""
+        for key, value in entries.items():
+            self.l1.set(key, value, self.l1_ttl)
+        self.l2.set_many(entries, self.l2_ttl)
+
+    def delete(self, *keys: str) -> None:
+        """Removes keys from both tiers."""
+        self.l1.delete(*keys)
+        self.l2.delete(*keys)
