@@ -23,8 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-import redis
-from stack import RUN_DIR, redis_server, worker
+from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import CompactionConfig, MemoryClient, load_settings
 from memory_core.embedders.minilm import MiniLMEmbedder
@@ -86,13 +85,6 @@ def _embed_rate(embedder: MiniLMEmbedder, texts: list[str], threads: int) -> flo
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(embedder.embed, chunks))
     return len(texts) / (time.perf_counter() - started)
-
-
-def _clear(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
-    for key in client.scan_iter(f"{prefix}:*", count=1000):
-        client.delete(key)
-    client.close()
 
 
 def _timed(call: Callable[[str], object], queries: list[str]) -> list[float]:
@@ -164,15 +156,8 @@ def main() -> None:
     parser.add_argument("--ttl-items", type=int, default=100_000)
     args = parser.parse_args()
 
-    data_dir = RUN_DIR / "bench-qdrant"
-    shutil.rmtree(data_dir, ignore_errors=True)
+    env = isolated_env("bench")
     shutil.rmtree(RUN_DIR / "bench-ttl", ignore_errors=True)
-    env = {
-        **{k: v for k, v in os.environ.items() if k.startswith("MEMORY_")},
-        "MEMORY_QDRANT__PATH": str(data_dir),
-        "MEMORY_REDIS__KEY_PREFIX": "mcbench",
-    }
-    os.environ.update(env)
     settings = load_settings()
     texts = corpus(args.items)
 
@@ -194,7 +179,7 @@ def main() -> None:
     del embedder
 
     with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
-        _clear(settings.redis.url, settings.redis.key_prefix)  # no embeddings or results cached by an earlier run
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
         notes = client.long_term("bench", "k").get_or_create_memory_set("notes", capacity=1_000_000)
         notes.add(texts[:32], ids=[f"warm-{i}" for i in range(32)])  # worker warm-up (model load)
         notes.delete()

@@ -10,9 +10,7 @@ acknowledged delete is gone. Exits 1 if anything was lost or duplicated.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import statistics
 import sys
 import threading
@@ -20,8 +18,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import redis
-from stack import RUN_DIR, redis_server, worker
+from stack import clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import MemoryClient, MemoryCoreError, load_settings
 
@@ -111,20 +108,11 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
 
-    data_dir = RUN_DIR / "load-qdrant"
-    shutil.rmtree(data_dir, ignore_errors=True)
-    env = {
-        **{k: v for k, v in os.environ.items() if k.startswith("MEMORY_")},
-        "MEMORY_QDRANT__PATH": str(data_dir),
-        "MEMORY_REDIS__KEY_PREFIX": "mcload",
-    }
-    os.environ.update(env)
+    env = isolated_env("load")
     settings = load_settings()
     namespaces = [f"tenant-{n:03d}" for n in range(args.namespaces)]
     with redis_server(settings.redis.url), worker(env, name="load-worker"), MemoryClient(settings) as client:
-        r = redis.Redis.from_url(settings.redis.url)
-        for key in r.scan_iter("mcload:*"):
-            r.delete(key)
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
         for namespace in namespaces:
             client.long_term(namespace, "user").get_or_create_memory_set("notes", capacity=1_000_000, dedup="none")
         ledgers = [Ledger() for _ in range(args.clients)]

@@ -118,6 +118,30 @@ def worker(env: dict[str, str], *, name: str = "worker", concurrency: int = 4) -
             process.wait()
 
 
+def isolated_env(name: str) -> dict[str, str]:
+    """This process's ``MEMORY_*`` variables, plus a fresh data directory and a Redis key prefix of ``name``'s own.
+
+    Also sets them in ``os.environ``, so ``load_settings()`` here sees what the worker sees.
+    """
+    data_dir = RUN_DIR / f"{name}-qdrant"
+    shutil.rmtree(data_dir, ignore_errors=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if k.startswith("MEMORY_")},
+        "MEMORY_QDRANT__PATH": str(data_dir),
+        "MEMORY_REDIS__KEY_PREFIX": f"mc{name}",
+    }
+    os.environ.update(env)
+    return env
+
+
+def clear_prefix(url: str, prefix: str) -> None:
+    """Deletes every Redis key under ``prefix``: no embedding or result cached by an earlier run survives."""
+    client = redis.Redis.from_url(url)
+    for key in client.scan_iter(f"{prefix}:*", count=1000):
+        client.delete(key)
+    client.close()
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] != "with-redis" or "--" not in argv:
         print(__doc__, file=sys.stderr)
