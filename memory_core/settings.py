@@ -9,11 +9,12 @@ test fixtures) call :func:`get_settings`; library classes take a ``Settings``
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigurationError
@@ -131,14 +132,41 @@ class CelerySettings(BaseModel):
     concurrency: int = Field(default=4, ge=1)
     max_retries: int = Field(default=5, ge=0)
     retry_backoff_max: int = Field(default=60, ge=1)
-    visibility_timeout: int = Field(default=3600, ge=1)
+    # Redis redelivers a task a worker has not acknowledged after this many seconds (a killed
+    # worker's tasks come back then). Writes are idempotent and compaction is single-flight,
+    # so an early redelivery of a slow task costs work, not correctness.
+    visibility_timeout: int = Field(default=300, ge=1)
     reply_ttl: int = Field(default=600, ge=1)
+
+    @model_validator(mode="after")
+    def _redelivery_after_backoff(self) -> CelerySettings:
+        # A retry waits in the worker as an unacknowledged ETA message; if it outlived the
+        # visibility timeout, Redis would hand it to a second worker as well.
+        if self.visibility_timeout <= self.retry_backoff_max:
+            raise ValueError(
+                f"visibility_timeout ({self.visibility_timeout}s) must exceed retry_backoff_max "
+                f"({self.retry_backoff_max}s), or retried tasks are delivered twice"
+            )
+        return self
 
 
 class AuthSettings(BaseModel):
     """Per-namespace API tokens (off when unset): a JSON object of token -> namespace, kept secret."""
 
     tokens: SecretStr | None = None
+
+    @field_validator("tokens")
+    @classmethod
+    def _token_map(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked here so a bad map stops a process at start-up; memory_core.auth reads it.
+        if value is not None:
+            try:
+                raw = json.loads(value.get_secret_value())
+            except ValueError:
+                raw = None
+            if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+                raise ValueError('expected a JSON object of token -> namespace, like {"tok": "acme"} (not shown)')
+        return value
 
 
 class ClientSettings(BaseModel):
@@ -147,6 +175,27 @@ class ClientSettings(BaseModel):
     timeout: float = Field(default=60.0, gt=0)
     token: SecretStr | None = None
     publish_retries: int = Field(default=2, ge=0)
+    # A task already published keeps its client waiting through a Redis restart this long.
+    reconnect_window: float = Field(default=10.0, ge=0)
+
+
+class FlowerSettings(BaseModel):
+    """The Flower dashboard as ``ops/flower`` starts it: loopback only, and basic auth unless in dev mode."""
+
+    address: str = "127.0.0.1"
+    port: int = Field(default=5555, ge=1, le=65535)
+    # "user:password", or several separated by commas. Required by ops/flower unless --dev.
+    basic_auth: SecretStr | None = None
+
+    @field_validator("basic_auth")
+    @classmethod
+    def _user_and_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            for pair in value.get_secret_value().split(","):
+                user, _, password = pair.partition(":")
+                if not user or not password:
+                    raise ValueError("expected user:password[,user:password...] (the value is not shown)")
+        return value
 
 
 class Settings(BaseSettings):
@@ -171,6 +220,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = AuthSettings()
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
+    flower: FlowerSettings = FlowerSettings()
 
     @property
     def broker_url(self) -> str:
@@ -193,9 +243,21 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigurationError("invalid settings: " + "; ".join(problems)) from exc
 
 
+def _secret_locations() -> frozenset[tuple[str, str]]:
+    """(group, field) of every ``SecretStr`` setting, found from the models so a new secret is covered."""
+    found = set()
+    for group, field in Settings.model_fields.items():
+        model = field.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for name, inner in model.model_fields.items():
+                if "SecretStr" in str(inner.annotation):
+                    found.add((group, name))
+    return frozenset(found)
+
+
 def _safe_input(loc: tuple[int | str, ...], value: object) -> object:
     # A mistyped secret must not end up in a log line through its error message.
-    if any(part in {"api_key", "password", "tokens"} for part in loc):
+    if tuple(str(part) for part in loc[:2]) in _secret_locations():
         return "<redacted>"
     return redact_url(value) if isinstance(value, str) and "://" in value else value
 

@@ -19,6 +19,7 @@ from memory_core.errors import ConfigurationError
 from memory_core.settings import Settings, get_settings
 from workers import services
 from workers.base import MemoryTask
+from workers.broker import transport_for
 from workers.logging import on_setup_logging
 
 signals.setup_logging.connect(on_setup_logging, weak=False)
@@ -34,8 +35,16 @@ def create_app(settings: Settings) -> Celery:
     app = Celery("memory_core", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
+        broker_transport=transport_for(settings.broker_url),
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.celery.visibility_timeout},
+        broker_transport_options={
+            "visibility_timeout": settings.celery.visibility_timeout,
+            # kombu scans for messages past their visibility timeout only every 10 x 10 s by default;
+            # scan every interval instead, so a task lost with a worker or a connection comes back
+            # within about visibility_timeout + 10 s (one cheap ZRANGE per scan).
+            "unacked_restore_interval": max(1, min(10, settings.celery.visibility_timeout // 5)),
+            "unacked_restore_throttle": 1,
+        },
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

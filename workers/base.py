@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from celery import Task
+from celery.exceptions import Reject
 from pydantic import TypeAdapter, ValidationError
 
 from memory_core import routing
@@ -46,10 +49,23 @@ def error_info(exc: BaseException) -> ErrorInfo:
     return ErrorInfo(type="MemoryCoreError", message=f"the worker failed with {type(exc).__name__}")
 
 
+def outline(value: Any) -> Any:
+    """``value`` with every string and list replaced by its length: its shape, without memory text."""
+    if isinstance(value, dict):
+        return {str(k): outline(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return f"[{len(value)}]"
+    if isinstance(value, str):
+        return f"str[{len(value)}]"
+    return value
+
+
 class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task generic; we take JSON dicts
     """Base of all ``memory.*`` tasks."""
 
-    autoretry_for = (TransientStoreError,)
+    # A Redis blip inside a task (a lock, a version bump) is retried like a store blip; if Redis is
+    # down for longer, the unacknowledged message comes back after the visibility timeout anyway.
+    autoretry_for = (TransientStoreError, redis.ConnectionError, redis.TimeoutError)
     retry_backoff = True
     retry_backoff_max = 60
     retry_jitter = True
@@ -63,15 +79,27 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         token = getattr(self.request, AUTH_HEADER, None)
         if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
             raise refusal(namespace)
-        return super().__call__(*args, **kwargs)
+        result = super().__call__(*args, **kwargs)
+        # The caller gets the result through its reply list. Celery gets only its outline, because
+        # what it gets ends up in worker logs and in task events, i.e. on Flower's screens.
+        self._reply(kwargs, str(self.request.id), Reply(ok=True, result=result))
+        return outline(result)
+
+    def retry(self, *args: Any, **kwargs: Any) -> Any:
+        # Celery drops a message for good (``Reject(requeue=False)``) when it cannot publish the
+        # retry, i.e. exactly when the broker is in trouble. Put it back on its queue instead.
+        try:
+            return super().retry(*args, **kwargs)
+        except Reject as exc:
+            reason, requeue = exc.args  # celery-types does not declare Reject's attributes
+            if requeue:
+                raise
+            raise Reject(reason, requeue=True) from exc
 
     @property
     def services(self) -> services.Services:
         """This process's services for this task's app."""
         return services.get(self.app)
-
-    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
-        self._reply(kwargs, task_id, Reply(ok=True, result=retval))
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         info = error_info(exc)
@@ -86,14 +114,14 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             return
         svc = self.services
         key = svc.keys.reply(namespace, task_id)
-        try:
-            with svc.redis.pipeline() as pipe:
-                pipe.rpush(key, reply.model_dump_json())
-                pipe.expire(key, svc.settings.celery.reply_ttl)
-                pipe.execute()
-        except redis.RedisError:
+
+        def push(pipe: redis.client.Pipeline) -> None:
+            pipe.rpush(key, reply.model_dump_json())
+            pipe.expire(key, svc.settings.celery.reply_ttl)
+
+        if not _write_through_restart(svc.redis, push, svc.settings.client.reconnect_window):
             # The write itself is durable; only the waiting client misses its answer (it times out).
-            logger.warning("could not deliver the reply of task %s", task_id, exc_info=True)
+            logger.warning("could not deliver the reply of task %s", task_id)
 
     def _dead_letter(self, kwargs: Any, task_id: str, info: ErrorInfo) -> None:
         namespace = request_namespace(kwargs)
@@ -107,9 +135,34 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             "failed_at": datetime.now(UTC).isoformat(),
         }
         key = svc.keys.dead_letters(namespace) if namespace else svc.keys.unroutable_dead_letters()
-        with svc.redis.pipeline() as pipe:
+
+        def push(pipe: redis.client.Pipeline) -> None:
             pipe.rpush(key, json.dumps(letter))
             if namespace:
                 pipe.sadd(svc.keys.dead_letter_namespaces(), namespace)
-            pipe.execute()
-        logger.error("task %s %s dead-lettered after %d retries", self.name, task_id, self.request.retries)
+
+        # Longer than for a reply: this letter is the only copy of a write that failed for good.
+        if _write_through_restart(svc.redis, push, 6 * svc.settings.client.reconnect_window):
+            logger.error("task %s %s dead-lettered after %d retries", self.name, task_id, self.request.retries)
+        else:
+            logger.critical("task %s %s failed for good and Redis refused its dead letter", self.name, task_id)
+
+
+def _write_through_restart(
+    client: redis.Redis, commands: Callable[[redis.client.Pipeline], None], window: float
+) -> bool:
+    """Runs ``commands`` in one pipeline, retrying while Redis is unreachable for up to ``window`` seconds."""
+    deadline = time.monotonic() + window
+    delay = 0.1
+    while True:
+        try:
+            with client.pipeline() as pipe:
+                commands(pipe)
+                pipe.execute()
+            return True
+        except redis.RedisError:
+            if time.monotonic() + delay > deadline:
+                logger.warning("Redis write failed for good", exc_info=True)
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)

@@ -52,6 +52,8 @@ class FakeAnthropic:
     requests: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
+    # (model, started, ended) of every request, monotonic seconds: shows which calls overlapped.
+    spans: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -76,6 +78,7 @@ class FakeAnthropic:
         with self._lock:
             self.behaviour = Behaviour(mode=mode, failures=failures, grouping=grouping, stall_seconds=stall_seconds)
             self.requests.clear()
+            self.spans.clear()
             self.max_in_flight = self.in_flight
 
     def __enter__(self) -> Self:
@@ -151,11 +154,13 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             with fake._lock:
                 fake.in_flight += 1
                 fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+            started = time.monotonic()
             try:
                 status, payload = fake.respond(body)
             finally:
                 with fake._lock:
                     fake.in_flight -= 1
+                    fake.spans.append((str(body.get("model")), started, time.monotonic()))
             try:
                 self.send_response(status)
                 self.send_header("content-type", "application/json")

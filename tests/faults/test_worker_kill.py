@@ -30,12 +30,13 @@ def test_twenty_sigkills_during_a_5000_item_load_lose_and_duplicate_nothing(faul
         "MEMORY_REDIS__URL": fault_redis_url,
         "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"),
         "MEMORY_CELERY__VISIBILITY_TIMEOUT": "8",  # a killed worker's tasks come back after 8 s
+        "MEMORY_CELERY__RETRY_BACKOFF_MAX": "4",
         "MEMORY_CELERY__CONCURRENCY": "4",
     }
     settings = Settings(
         _env_file=None,
         redis={"url": fault_redis_url},
-        celery={"visibility_timeout": 8},
+        celery={"visibility_timeout": 8, "retry_backoff_max": 4},
         client={"timeout": 180},
     )
     acknowledged: dict[str, str] = {}

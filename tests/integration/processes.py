@@ -6,16 +6,25 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import redis
 
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def free_port() -> int:
+    """A loopback TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def stop(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
@@ -29,17 +38,18 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 20) -> None:
             process.wait()
 
 
-def start_redis(port: int, log: Path) -> subprocess.Popen[bytes]:
-    """A throwaway redis-server on 127.0.0.1:``port``, answering when this returns."""
+def start_redis(port: int, log: Path, *options: str, **client_options: Any) -> subprocess.Popen[bytes]:
+    """A throwaway redis-server on 127.0.0.1:``port``, answering when this returns.
+
+    It keeps nothing on disk unless ``options`` (redis-server flags, e.g. ``--appendonly yes``)
+    say otherwise; ``client_options`` are what the readiness probe needs (a password, TLS).
+    """
     binary = shutil.which("redis-server")
     assert binary, "redis-server is needed (ops/check installs it when missing)"
+    defaults = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     with log.open("a") as out:  # the child keeps its own copy of the descriptor
-        process = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    client = redis.Redis(port=port, socket_connect_timeout=0.5)
+        process = subprocess.Popen([binary, *defaults, *options], stdout=out, stderr=subprocess.STDOUT)
+    client = redis.Redis(**{"port": port, "socket_connect_timeout": 0.5, **client_options})
     deadline = time.monotonic() + 10
     while True:
         try:

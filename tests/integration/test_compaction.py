@@ -161,14 +161,14 @@ def test_concurrent_writes_past_capacity_run_one_compaction_at_a_time(
     assert "Summary" in values
 
 
-@pytest.mark.parametrize("mode", ["malformed", "garbage", "out_of_range", "http_500", "no_tool"])
+@pytest.mark.parametrize("mode", ["malformed", "garbage", "out_of_range", "http_500", "no_tool", "stall"])
 def test_an_unusable_reply_changes_nothing_and_is_dead_lettered(
     client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic, raw_redis, mode: str
 ):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
     ids = notes.add([f"{namespace} one", "two", "three"])
     before = notes.get()
-    fake_anthropic.behave(mode)
+    fake_anthropic.behave(mode, stall_seconds=7)  # a stall outlasts the SDK's 5 s timeout (test settings)
     with pytest.raises(SummarizerError):
         notes.compact(timeout=60)
     assert notes.get() == before

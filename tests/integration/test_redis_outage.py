@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -11,18 +10,12 @@ import pytest
 from memory_core import BrokerUnavailable, MemoryClient
 from memory_core.settings import Settings
 
-from .processes import celery_process, start_redis, stop
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from .processes import celery_process, free_port, start_redis, stop
 
 
 @pytest.mark.slow
 def test_l1_answers_during_an_outage_and_the_client_recovers(tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     env = {"MEMORY_REDIS__URL": url, "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"), "MEMORY_CELERY__CONCURRENCY": "2"}
     redis_server = start_redis(port, tmp_path / "redis.log")

@@ -70,3 +70,22 @@ def test_redact_url_hides_only_the_password():
     assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
     assert redact_url("rediss://user:pw@host/0") == "rediss://user:***@host/0"
     assert redact_url("redis://host/0") == "redis://host/0"
+
+
+def test_a_visibility_timeout_within_the_retry_backoff_is_refused(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_CELERY__VISIBILITY_TIMEOUT", "30")
+    with pytest.raises(ConfigurationError, match=r"visibility_timeout \(30s\) must exceed retry_backoff_max \(60s\)"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("MEMORY_CELERY__RETRY_BACKOFF_MAX", "20")
+    assert load_settings(_env_file=None).celery.visibility_timeout == 30
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("MEMORY_FLOWER__BASIC_AUTH", "only-a-user-secret"), ("MEMORY_AUTH__TOKENS", "not json secret")],
+)
+def test_a_malformed_secret_is_refused_without_showing_it(monkeypatch: pytest.MonkeyPatch, variable: str, value: str):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=variable) as info:
+        load_settings(_env_file=None)
+    assert "secret" not in str(info.value)

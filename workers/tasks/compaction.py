@@ -7,11 +7,13 @@ from typing import Any
 from celery import shared_task
 
 from memory_core import routing
-from memory_core.errors import SummarizerError, TransientStoreError
+from memory_core.errors import SummarizerError
 from workers.base import MemoryTask
 
 
-@shared_task(name=routing.COMPACT, bind=True, base=MemoryTask, autoretry_for=(TransientStoreError, SummarizerError))
+@shared_task(
+    name=routing.COMPACT, bind=True, base=MemoryTask, autoretry_for=(*MemoryTask.autoretry_for, SummarizerError)
+)
 def compact(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """Fold one set into summaries; summarizer failures retry with backoff, then dead-letter."""
     return self.services.compactor.compact(request).model_dump(mode="json")

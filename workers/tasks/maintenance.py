@@ -7,23 +7,22 @@ from typing import Any
 from celery import shared_task
 
 from memory_core import routing
-from memory_core.errors import TransientStoreError
 from workers.base import MemoryTask
 
 
-@shared_task(name=routing.TTL_SWEEP, bind=True, base=MemoryTask, autoretry_for=(TransientStoreError,))
+@shared_task(name=routing.TTL_SWEEP, bind=True, base=MemoryTask)
 def ttl_sweep(self: MemoryTask) -> dict[str, Any]:
     """Delete expired, unpinned items."""
     return self.services.maintenance.ttl_sweep().model_dump(mode="json")
 
 
-@shared_task(name=routing.FLUSH_ACCESS, bind=True, base=MemoryTask, autoretry_for=(TransientStoreError,))
+@shared_task(name=routing.FLUSH_ACCESS, bind=True, base=MemoryTask)
 def flush_access(self: MemoryTask) -> dict[str, Any]:
     """Write recorded read times to the store in bulk."""
     return self.services.maintenance.flush_access().model_dump(mode="json")
 
 
-@shared_task(name=routing.EVICT, bind=True, base=MemoryTask, autoretry_for=(TransientStoreError,))
+@shared_task(name=routing.EVICT, bind=True, base=MemoryTask)
 def evict(self: MemoryTask) -> dict[str, Any]:
     """Apply eviction policies down to each set's max_items."""
     return self.services.maintenance.evict().model_dump(mode="json")

@@ -1,5 +1,5 @@
 from memory_core.errors import MemorySetNotFound
-from workers.base import error_info, request_namespace
+from workers.base import error_info, outline, request_namespace
 
 
 def test_replies_go_only_to_valid_namespaces():
@@ -16,3 +16,10 @@ def test_typed_errors_pass_through_and_others_reveal_only_their_type():
     info = error_info(KeyError("internal detail"))
     assert info.type == "MemoryCoreError"
     assert "internal detail" not in info.message
+
+
+def test_what_celery_sees_of_a_result_is_its_shape_without_text():
+    result = {"items": [{"value": "my PIN is 4321", "score": 0.9}], "status": "ok", "count": 2, "done": True}
+    shown = outline(result)
+    assert shown == {"items": "[1]", "status": "str[2]", "count": 2, "done": True}
+    assert "4321" not in repr(shown)

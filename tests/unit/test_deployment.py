@@ -1,0 +1,33 @@
+"""docker-compose.yml ships the secure defaults the code assumes: persistence, passwords, Flower auth, restarts."""
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _services() -> dict[str, Any]:
+    compose: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return compose["services"]  # type: ignore[no-any-return]
+
+
+def test_redis_keeps_an_append_only_file_and_needs_a_password():
+    command = _services()["redis"]["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert "--requirepass" in command
+
+
+def test_every_memory_core_service_uses_the_password_and_restarts():
+    services = _services()
+    for name in ("worker", "beat", "flower"):
+        assert services[name]["environment"]["MEMORY_REDIS__URL"].startswith("redis://:${REDIS_PASSWORD:?")
+        assert services[name]["restart"] == "unless-stopped"
+
+
+def test_flower_runs_through_ops_flower_with_basic_auth_published_on_loopback_only():
+    flower = _services()["flower"]
+    assert flower["command"] == ["python", "ops/flower.py"]
+    assert flower["environment"]["MEMORY_FLOWER__BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?")
+    assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
