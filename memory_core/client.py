@@ -29,6 +29,7 @@ from memory_core.cache.local import LocalCache
 from memory_core.cache.reads import ReadCache, search_digest
 from memory_core.cache.redis import RedisCache
 from memory_core.cache.tiered import TieredCache
+from memory_core.checkpoints import CheckpointStore
 from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
@@ -64,7 +65,11 @@ from memory_core.models import (
     Usage,
     utcnow,
 )
+from memory_core.session import Session
+from memory_core.session.session import Promotion
 from memory_core.settings import Settings, load_settings, redact_url
+from memory_core.short_term import ShortTermMemory, end_of_run
+from memory_core.tokens import TokenCounter, default_counter
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse, short_repr
 
 _NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
@@ -177,6 +182,97 @@ class MemoryClient:
         """Long-term memory of one key (user, agent, conversation) inside one namespace (tenant)."""
         namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
         return LongTermMemory(self, namespace, _checked(_KEY, key, "key"))
+
+    def short_term(self, namespace: str, key: str, *, ttl: int | None = None) -> ShortTermMemory:
+        """The short-term state of one run (``key``): a path-addressed ``MemoryObject``, written back on persist.
+
+        ``ttl`` (seconds, default ``MEMORY_SHORT_TERM__TTL``; 0 for none) expires the whole object after its
+        last ``persist()``. Use it as a context manager: a clean exit persists, an exception discards.
+        """
+        return self._state(namespace, key, "stm", ttl, None)
+
+    def sensory(self, namespace: str, key: str) -> ShortTermMemory:
+        """Sensory memory of one run: the same object as ``short_term``, cleared (both tiers) when the
+        ``with`` block of the run ends, whether it raised or not."""
+        return self._state(namespace, key, "sensory", None, end_of_run)
+
+    def _state(self, namespace: str, key: str, kind: str, ttl: int | None, on_exit: Any) -> ShortTermMemory:
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        key = _checked(_KEY, key, "key")
+        seconds = self.settings.short_term.ttl if ttl is None else ttl
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+            raise InvalidRequestError(f"ttl must be an int of seconds >= 0, got {seconds!r}")
+        return ShortTermMemory(
+            self._redis,
+            self.keys.short_term(namespace, key, kind),
+            namespace=namespace,
+            key=key,
+            ttl=seconds or None,
+            where=redact_url(self.settings.redis.url),
+            on_exit=on_exit,
+        )
+
+    def session(
+        self,
+        namespace: str,
+        session_id: str,
+        *,
+        key: str | None = None,
+        promote: Promotion = "messages",
+        set_name: str | None = None,
+        ttl: int | None = None,
+        max_messages: int | None = None,
+    ) -> Session:
+        """One conversation: a Redis chat history and its strategies (buffer, window, token_buffer, summary,
+        entity, vector), promoted into the long-term chat set ``set_name`` of ``(namespace, key)``.
+
+        ``key`` (the user or agent the conversation belongs to) defaults to ``session_id``. ``ttl`` and
+        ``max_messages`` default to ``MEMORY_SESSION__*``; every write renews the TTL.
+        """
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        session_id = _checked(_KEY, session_id, "session_id")
+        key = session_id if key is None else _checked(_KEY, key, "key")
+        if promote not in ("messages", "summary", "both", "none"):
+            raise InvalidRequestError(f"promote must be 'messages', 'summary', 'both' or 'none', got {promote!r}")
+        config = self.settings.session
+        name = _checked(_SET_NAME, config.promotion_set if set_name is None else set_name, "set_name")
+        seconds = config.ttl if ttl is None else ttl
+        count = config.max_messages if max_messages is None else max_messages
+        for what, number, low in (("ttl", seconds, 0), ("max_messages", count, 2)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < low:
+                raise InvalidRequestError(f"{what} must be an int >= {low}, got {number!r}")
+        return Session(
+            self,
+            namespace,
+            key,
+            session_id,
+            promote=promote,
+            set_name=name,
+            ttl=seconds or None,
+            max_messages=count,
+            tokens=self.tokens,
+        )
+
+    def checkpoints(self, namespace: str) -> CheckpointStore:
+        """Agent state snapshots of one namespace, by thread, checkpoint namespace and id."""
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        config = self.settings.checkpoints
+        return CheckpointStore(
+            redis_client=self._redis,
+            keys=self.keys,
+            namespace=namespace,
+            check_thread=lambda thread: _checked(_KEY, thread, "thread_id"),
+            limits=self.settings.limits,
+            ttl=config.ttl or None,
+            max_per_thread=config.max_per_thread,
+            clock=self.reserve_seq,
+            where=redact_url(self.settings.redis.url),
+        )
+
+    @property
+    def tokens(self) -> TokenCounter:
+        """The token counter budgets are measured with (cl100k_base)."""
+        return default_counter()
 
     def _authorized(self, namespace: str) -> str:
         # When this process knows the token map, refuse early; the workers check every task regardless.

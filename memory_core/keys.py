@@ -89,14 +89,41 @@ class Keys:
         """Dead letters whose message named no valid namespace (malformed or hostile input)."""
         return f"{self.prefix}:{_OPS}:deadletters-unroutable"
 
+    def short_term(self, namespace: str, key: str, kind: str = "stm") -> str:
+        """Hash of one short-term state (``kind`` stm) or sensory memory (``kind`` sensory): path -> entry."""
+        return f"{self.prefix}:{namespace}:{kind}:{key}"
+
+    def session(self, namespace: str, key: str, session_id: str, part: str) -> str:
+        """One part of a session: ``messages`` (stream), ``state`` (summary), ``entities``, ``lock``."""
+        return f"{self.prefix}:{namespace}:session:{key}:{session_id}:{part}"
+
+    def checkpoints(self, namespace: str, thread_id: str, checkpoint_ns: str) -> tuple[str, str]:
+        """The hash (id -> snapshot) and sorted set (ids by time) of one thread's checkpoint namespace."""
+        base = f"{self.prefix}:{namespace}:ckpt:{thread_id}:{checkpoint_ns}"
+        return f"{base}:data", f"{base}:order"
+
+    def checkpoint_pattern(self, namespace: str, thread_id: str) -> str:
+        """A SCAN pattern matching every checkpoint key of one thread."""
+        return f"{self.prefix}:{namespace}:ckpt:{thread_id}:*"
+
+    def profile(self, namespace: str, user_id: str) -> str:
+        """One user's profile document (JSON)."""
+        return f"{self.prefix}:{namespace}:profile:{user_id}"
+
     def key_patterns(self, namespace: str, key: str) -> list[str]:
         """SCAN patterns matching the keys of one key (user, agent) in a namespace, kind by kind.
 
         Version counters are left out on purpose (see ``memory_core.erasure``). Names cannot hold glob
         characters, so a pattern matches exactly that key.
         """
-        kinds = ("setdef", "item", "search", "compaction-dirty", "compaction-pending", "write-lock")
-        return [f"{self.prefix}:{namespace}:{kind}:{key}:*" for kind in kinds]
+        kinds = ("setdef", "item", "search", "compaction-dirty", "compaction-pending", "write-lock", "session", "ckpt")
+        below = [f"{self.prefix}:{namespace}:{kind}:{key}:*" for kind in kinds]
+        exact = [
+            self.short_term(namespace, key),
+            self.short_term(namespace, key, "sensory"),
+            self.profile(namespace, key),
+        ]
+        return below + exact
 
     def namespace_pattern(self, namespace: str) -> str:
         """A SCAN pattern matching every key of one namespace (used by erasure and tests)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import redis
@@ -21,9 +22,15 @@ class RedisLock:
         self._ttl_ms = ttl_seconds * 1000
         self._token = uuid.uuid4().hex
 
-    def acquire(self) -> bool:
-        """Takes the lock if it is free; returns whether this call got it."""
-        return bool(self._client.set(self.key, self._token, nx=True, px=self._ttl_ms))
+    def acquire(self, wait: float = 0.0) -> bool:
+        """Takes the lock if it is free, polling for up to ``wait`` seconds; returns whether this call got it."""
+        deadline = time.monotonic() + wait
+        while True:
+            if self._client.set(self.key, self._token, nx=True, px=self._ttl_ms):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
     def extend(self) -> bool:
         """Restarts the expiry; False if the lock was lost (expired and taken by another holder)."""

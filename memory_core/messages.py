@@ -148,6 +148,43 @@ class ForgetReceipt(_Wire):
     dead_letters: int
 
 
+class SessionRequest(Request):
+    """A request about one session of a key."""
+
+    session_id: Key
+    ttl: int | None = Field(default=None, ge=1)
+
+
+class FoldRequest(SessionRequest):
+    """memory.session_fold: fold the oldest unsummarized messages into the summary until the rest fit."""
+
+    max_tokens: int = Field(ge=0)
+    model: str | None = Field(default=None, max_length=200)
+    human_prefix: str = Field(default="Human", max_length=64)
+    ai_prefix: str = Field(default="AI", max_length=64)
+
+
+class FoldReport(_Wire):
+    """What a fold did. ``status``: folded, or within_budget (nothing to fold)."""
+
+    status: str
+    folded: int = 0
+    summary: str = ""
+
+
+class EntitiesRequest(SessionRequest):
+    """memory.session_entities: update the entities of the messages ``first``..``last`` (stream cursors)."""
+
+    first: str = Field(pattern=r"^\d+-\d+$")
+    last: str = Field(pattern=r"^\d+-\d+$")
+
+
+class EntitiesReport(_Wire):
+    """The entities whose summaries an extraction wrote."""
+
+    updated: list[str]
+
+
 class AddReply(_Wire):
     """Ids written and made durable."""
 

@@ -26,6 +26,8 @@ COMPACTION_SWEEP = "memory.compaction_sweep"
 TTL_SWEEP = "memory.ttl_sweep"
 FLUSH_ACCESS = "memory.flush_access"
 EVICT = "memory.evict"
+SESSION_FOLD = "memory.session_fold"
+SESSION_ENTITIES = "memory.session_entities"
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -42,6 +44,9 @@ ROUTES: dict[str, str] = {
     TTL_SWEEP: MAINTENANCE_QUEUE,
     FLUSH_ACCESS: MAINTENANCE_QUEUE,
     EVICT: MAINTENANCE_QUEUE,
+    # Both may call a model: they share the compaction queue's own concurrency.
+    SESSION_FOLD: COMPACTION_QUEUE,
+    SESSION_ENTITIES: COMPACTION_QUEUE,
 }
 
 DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE})

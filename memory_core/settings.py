@@ -124,6 +124,29 @@ class LimitsSettings(BaseModel):
     max_search_limit: int = Field(default=100, ge=1)
 
 
+class ShortTermSettings(BaseModel):
+    """Short-term and sensory state: how long an untouched state object lives in Redis (0: no expiry)."""
+
+    ttl: int = Field(default=86_400, ge=0)
+
+
+class SessionSettings(BaseModel):
+    """Session memory: history length and TTL in Redis, and the long-term set sessions are promoted into."""
+
+    ttl: int = Field(default=7 * 86_400, ge=0)
+    max_messages: int = Field(default=1_000, ge=2)
+    promotion_set: str = Field(default="sessions", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    promotion_capacity: int = Field(default=10_000, ge=1)
+    summary_model: str = Field(default="claude-haiku-4-5", min_length=1)
+
+
+class CheckpointSettings(BaseModel):
+    """Checkpoints: seconds a thread's checkpoints live after its last put (0: forever), and how many are kept."""
+
+    ttl: int = Field(default=30 * 86_400, ge=0)
+    max_per_thread: int = Field(default=1_000, ge=1)
+
+
 class CelerySettings(BaseModel):
     """The task layer: broker, delivery, retries and the worker pool."""
 
@@ -221,6 +244,9 @@ class Settings(BaseSettings):
     celery: CelerySettings = CelerySettings()
     client: ClientSettings = ClientSettings()
     flower: FlowerSettings = FlowerSettings()
+    short_term: ShortTermSettings = ShortTermSettings()
+    session: SessionSettings = SessionSettings()
+    checkpoints: CheckpointSettings = CheckpointSettings()
 
     @property
     def broker_url(self) -> str:

@@ -25,8 +25,11 @@ from memory_core.keys import Keys
 from memory_core.maintenance import Maintenance
 from memory_core.redaction import Redactor
 from memory_core.service import MemoryService
+from memory_core.session.entities import OfflineEntityExtractor
+from memory_core.session.service import SessionService
 from memory_core.settings import Settings, redact_url
 from memory_core.stores import open_store
+from memory_core.tokens import default_counter
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class Services:
     compaction_trigger: CompactionTrigger
     maintenance: Maintenance
     eraser: Eraser
+    sessions: SessionService
     tokens: TokenMap | None
 
     def close(self) -> None:
@@ -137,5 +141,13 @@ def _build(settings: Settings) -> Services:
             max_sets=settings.compaction.sweep_max_sets,
         ),
         eraser=Eraser(store=store, coordinator=coordinator, keys=keys),
+        sessions=SessionService(
+            redis_client=redis_client,
+            keys=keys,
+            summarizer=summarizer,
+            extractor=OfflineEntityExtractor(),
+            tokens=default_counter(),
+            default_model=settings.session.summary_model,
+        ),
         tokens=tokens,
     )

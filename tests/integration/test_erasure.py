@@ -8,6 +8,7 @@ from celery import Celery
 from memory_core import MemoryClient, MemorySet, MemorySetNotFound
 from memory_core.models import Scope
 from memory_core.settings import Settings
+from tests.integration.waiting import wait_for
 from workers import services
 
 
@@ -22,6 +23,10 @@ def _redis_text(raw_redis, pattern: str) -> str:
             parts.extend(v.decode(errors="replace") for v in raw_redis.lrange(key, 0, -1))
         elif kind == "hash":
             parts.extend(f"{k!r}{v!r}" for k, v in raw_redis.hgetall(key).items())
+        elif kind == "stream":
+            parts.extend(repr(fields) for _, fields in raw_redis.xrange(key))
+        elif kind == "zset":
+            parts.extend(repr(member) for member in raw_redis.zrange(key, 0, -1))
     return "\n".join(parts)
 
 
@@ -74,3 +79,38 @@ def test_forgetting_a_namespace_leaves_only_version_counters(client: MemoryClien
     assert all(":version:" in k for k in left), left
     for key in ("a", "b"):
         _every_read_fails(client.long_term(namespace, key))
+
+
+def test_forgetting_a_key_erases_its_state_sessions_checkpoints_and_promoted_messages(
+    client: MemoryClient, namespace: str, raw_redis
+):
+    with client.short_term(namespace, "k1") as stm:
+        stm.set("secret", "short-term secret of k1")
+    sensory = client.sensory(namespace, "k1")  # a run still going when the user asks to be forgotten
+    sensory.set("secret", "sensory secret of k1")
+    sensory.persist()
+    session = client.session(namespace, "chat-1", key="k1")
+    memory = session.summary(max_tokens=5)
+    memory.save({"input": "session secret of k1"}, {"output": "ok"})
+    memory.save({"input": "another session secret of k1"}, {"output": "ok"})
+    client.checkpoints(namespace).put("k1", {"state": "checkpoint secret of k1"})
+    with client.short_term(namespace, "k2") as kept:
+        kept.set("secret", "secret of k2")
+    promoted = session.promotion_set()
+    wait_for(lambda: promoted.size() == 4, 30)  # promotion is asynchronous: let it land first
+
+    receipt = client.forget(namespace, "k1")
+    assert receipt.items == 4
+    assert "secret of k1" not in _redis_text(raw_redis, client.keys.namespace_pattern(namespace))
+    assert client.short_term(namespace, "k1").get_field_names() == []
+    assert client.sensory(namespace, "k1").get_field_names() == []
+    assert client.session(namespace, "chat-1", key="k1").buffer().load()["history"] == ""
+    assert client.session(namespace, "chat-1", key="k1").summary_state().summary == ""
+    assert client.checkpoints(namespace).list("k1") == []
+    _every_read_fails_for(client.long_term(namespace, "k1"), promoted.name)
+    assert client.short_term(namespace, "k2").get("secret") == "secret of k2"
+
+
+def _every_read_fails_for(ltm, set_name: str) -> None:
+    with pytest.raises(MemorySetNotFound):
+        ltm.get(set_name)

@@ -1,0 +1,25 @@
+"""Session tasks on the compaction queue (they may call a model): fold into the summary, update entities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from memory_core import routing
+from memory_core.errors import SummarizerError
+from workers.base import MemoryTask
+
+
+@shared_task(
+    name=routing.SESSION_FOLD, bind=True, base=MemoryTask, autoretry_for=(*MemoryTask.autoretry_for, SummarizerError)
+)
+def session_fold(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Fold a session's oldest unsummarized messages into its summary."""
+    return self.services.sessions.fold(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.SESSION_ENTITIES, bind=True, base=MemoryTask)
+def session_entities(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Update the entities an exchange mentions."""
+    return self.services.sessions.entities(request).model_dump(mode="json")
