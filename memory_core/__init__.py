@@ -4,6 +4,7 @@ A thin client enqueues memory writes and searches as Celery tasks; workers embed
 and persist to Qdrant; Redis is the broker and shared cache.
 """
 
+from memory_core.checkpoints import Checkpoint, CheckpointStore
 from memory_core.client import LongTermMemory, MemoryClient, WriteReceipt
 from memory_core.errors import (
     AuthorizationError,
@@ -21,6 +22,7 @@ from memory_core.errors import (
     SummarizerError,
     TransientStoreError,
 )
+from memory_core.messages import ForgetReceipt, RecalledItem, RecallReply
 from memory_core.models import (
     ChatMessage,
     ClientStats,
@@ -32,12 +34,17 @@ from memory_core.models import (
     MessageRole,
     Usage,
 )
+from memory_core.profile import UserProfile
+from memory_core.session import Session, combined
 from memory_core.settings import Settings, get_settings, load_settings
+from memory_core.short_term import MemoryObject, ShortTermMemory
 
 __all__ = [
     "AuthorizationError",
     "BrokerUnavailable",
     "ChatMessage",
+    "Checkpoint",
+    "CheckpointStore",
     "ClientStats",
     "CompactionConfig",
     "CompactionError",
@@ -45,23 +52,31 @@ __all__ = [
     "DatetimeRange",
     "EmbedderError",
     "EvictionPolicy",
+    "ForgetReceipt",
     "InvalidRequestError",
     "LongTermMemory",
     "MemoryClient",
     "MemoryCoreError",
+    "MemoryObject",
     "MemorySet",
     "MemorySetItem",
     "MemorySetNotFound",
     "MessageRole",
     "NotFoundError",
+    "RecallReply",
+    "RecalledItem",
     "ReplyTimeout",
+    "Session",
     "SetDefinitionConflict",
     "Settings",
+    "ShortTermMemory",
     "StoreError",
     "SummarizerError",
     "TransientStoreError",
     "Usage",
+    "UserProfile",
     "WriteReceipt",
+    "combined",
     "get_settings",
     "load_settings",
 ]

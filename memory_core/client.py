@@ -29,6 +29,7 @@ from memory_core.cache.local import LocalCache
 from memory_core.cache.reads import ReadCache, search_digest
 from memory_core.cache.redis import RedisCache
 from memory_core.cache.tiered import TieredCache
+from memory_core.candidates import from_session, from_short_term
 from memory_core.checkpoints import CheckpointStore
 from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
@@ -46,6 +47,8 @@ from memory_core.messages import (
     IdsRequest,
     ItemsReply,
     NewItem,
+    RecallReply,
+    RecallRequest,
     SearchRequest,
     SetReply,
     SetRequest,
@@ -65,6 +68,7 @@ from memory_core.models import (
     Usage,
     utcnow,
 )
+from memory_core.profile import UserProfile
 from memory_core.session import Session
 from memory_core.session.session import Promotion
 from memory_core.settings import Settings, load_settings, redact_url
@@ -269,6 +273,61 @@ class MemoryClient:
             where=redact_url(self.settings.redis.url),
         )
 
+    def profile(self, namespace: str, user_id: str) -> UserProfile:
+        """The merged profile document of one user (the user id is the key), searchable in long-term memory."""
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        return UserProfile(self, namespace, _checked(_KEY, user_id, "user_id"))
+
+    def recall(
+        self,
+        namespace: str,
+        key: str,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 10,
+        token_budget: int | None = None,
+        sets: Sequence[str] | None = None,
+    ) -> RecallReply:
+        """The memories most useful for ``query`` from every tier of ``(namespace, key)``, ready for a prompt.
+
+        Gathers the key's short-term state, the session ``session_id`` (its summary and newest messages)
+        and the hits of its long-term sets (all of them, or ``sets``); a worker scores them by relevance,
+        recency and importance (``MEMORY_RECALL__*`` weights), keeps one of each near-duplicate (noting the
+        other tiers in ``also_in``), and cuts to ``limit`` items and ``token_budget`` tokens of context.
+        Returns the items, best first, and ``context``: a block to put in a prompt as it is.
+        """
+        namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
+        key = _checked(_KEY, key, "key")
+        limits = self.settings.limits
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRequestError(f"query must be a non-empty str, got {short_repr(query)}")
+        check_text(query, "query", limits.max_query_chars)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
+            raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
+        if token_budget is not None and (
+            isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1
+        ):
+            raise InvalidRequestError(f"token_budget must be a positive int or None, got {token_budget!r}")
+        names = None if sets is None else [_checked(_SET_NAME, n, "memory set name") for n in sets]
+        config = self.settings.recall
+        candidates = from_short_term(self.short_term(namespace, key), config.max_candidates)
+        if session_id is not None:
+            session = self.session(namespace, session_id, key=key, promote="none")
+            room = max(0, config.max_candidates - len(candidates))
+            candidates += from_session(session, config.session_messages, room)
+        request = RecallRequest(
+            namespace=namespace,
+            key=key,
+            query=query,
+            limit=limit,
+            token_budget=token_budget,
+            candidates=candidates,
+            sets=names,
+        )
+        summary = json.dumps({"namespace": namespace, "key": key, "candidates": len(candidates), "limit": limit})
+        return RecallReply.model_validate(self.dispatcher.call(routing.RECALL, request, summary))
+
     @property
     def tokens(self) -> TokenCounter:
         """The token counter budgets are measured with (cl100k_base)."""
@@ -292,7 +351,8 @@ class MemoryClient:
         return Usage.from_counters(namespace, {_text(k): int(v) for k, v in raw.items()})
 
     def forget(self, namespace: str, key: str | None = None) -> ForgetReceipt:
-        """Erases everything of a namespace, or of one key in it: items, set definitions, caches, dead letters.
+        """Erases everything of a namespace, or of one key in it: items, set definitions, short-term and sensory
+        state, sessions, checkpoints (a thread id counts as a key), the profile, caches and dead letters.
 
         Returns a receipt with counts per store. This process's own caches are cleared too; other
         processes' cached entries are unreachable (set versions are bumped) and expire with their TTL.

@@ -185,6 +185,53 @@ class EntitiesReport(_Wire):
     updated: list[str]
 
 
+class RecallCandidate(_Wire):
+    """Something the client found in a volatile tier (short-term state, the session) for recall to weigh."""
+
+    tier: Literal["short_term", "session"]
+    text: str = Field(min_length=1, max_length=32_000)
+    ref: str = Field(max_length=1_024)
+    created_at: datetime | None = None
+    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class RecallRequest(Request):
+    """memory.recall: score these candidates and the key's long-term sets against ``query``."""
+
+    query: str
+    limit: int = Field(ge=1)
+    token_budget: int | None = Field(default=None, ge=1)
+    candidates: list[RecallCandidate] = Field(default_factory=list)
+    sets: list[SetName] | None = None
+
+
+class RecalledItem(_Wire):
+    """One recalled memory: where it came from, its text, and why it ranks where it does.
+
+    ``score`` = weights . (``relevance``, ``recency``, ``importance``). ``also_in`` names the other tiers
+    (or sets) that held the same fact, folded into this one.
+    """
+
+    tier: Literal["short_term", "session", "long_term"]
+    text: str
+    score: float
+    relevance: float
+    recency: float
+    importance: float
+    ref: str
+    set_name: str | None = None
+    created_at: datetime | None = None
+    also_in: list[str] = Field(default_factory=list)
+
+
+class RecallReply(_Wire):
+    """Scored, deduplicated, budget-trimmed memories, best first, and the context block built from them."""
+
+    items: list[RecalledItem]
+    context: str
+    tokens: int
+
+
 class AddReply(_Wire):
     """Ids written and made durable."""
 

@@ -28,6 +28,7 @@ FLUSH_ACCESS = "memory.flush_access"
 EVICT = "memory.evict"
 SESSION_FOLD = "memory.session_fold"
 SESSION_ENTITIES = "memory.session_entities"
+RECALL = "memory.recall"
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -39,6 +40,7 @@ ROUTES: dict[str, str] = {
     SEARCH: READ_QUEUE,
     SIZE: READ_QUEUE,
     GET_SET: READ_QUEUE,
+    RECALL: READ_QUEUE,
     COMPACT: COMPACTION_QUEUE,
     COMPACTION_SWEEP: MAINTENANCE_QUEUE,
     TTL_SWEEP: MAINTENANCE_QUEUE,

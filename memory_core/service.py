@@ -90,9 +90,12 @@ class MemoryService:
         if self.coordinator is not None:
             self.coordinator.bump(scope)
 
-    def _accessed(self, scope: Scope, items: list[MemorySetItem]) -> None:
+    def record_access(self, scope: Scope, items: list[MemorySetItem]) -> None:
+        """Notes that ``items`` were read now (for LRU eviction); flushed to the store by beat."""
         if self.coordinator is not None and items:
             self.coordinator.record_access(scope, [i.id for i in items])
+
+    _accessed = record_access
 
     @contextmanager
     def _write_lock(self, scope: Scope) -> Iterator[None]:

@@ -140,6 +140,25 @@ class SessionSettings(BaseModel):
     summary_model: str = Field(default="claude-haiku-4-5", min_length=1)
 
 
+class RecallSettings(BaseModel):
+    """How recall scores candidates from every tier: a weighted sum, then near-duplicates removed."""
+
+    relevance_weight: float = Field(default=0.7, ge=0)
+    recency_weight: float = Field(default=0.2, ge=0)
+    importance_weight: float = Field(default=0.1, ge=0)
+    half_life_hours: float = Field(default=72.0, gt=0)  # recency halves every this many hours
+    dedup_threshold: float = Field(default=0.92, gt=0, le=1)  # cosine at which two candidates are one fact
+    session_messages: int = Field(default=20, ge=0)  # the newest messages of the session taken as candidates
+    per_set: int = Field(default=20, ge=1, le=100)  # hits taken from each long-term set
+    max_candidates: int = Field(default=200, ge=1)  # short-term and session candidates sent to the worker
+
+
+class ProfileSettings(BaseModel):
+    """User profiles: the long-term set each profile is re-embedded into (one per user, the user being the key)."""
+
+    set_name: str = Field(default="profile", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+
+
 class CheckpointSettings(BaseModel):
     """Checkpoints: seconds a thread's checkpoints live after its last put (0: forever), and how many are kept."""
 
@@ -247,6 +266,8 @@ class Settings(BaseSettings):
     short_term: ShortTermSettings = ShortTermSettings()
     session: SessionSettings = SessionSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
+    recall: RecallSettings = RecallSettings()
+    profile: ProfileSettings = ProfileSettings()
 
     @property
     def broker_url(self) -> str:

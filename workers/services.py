@@ -23,9 +23,10 @@ from memory_core.embedders import open_embedder
 from memory_core.erasure import Eraser
 from memory_core.keys import Keys
 from memory_core.maintenance import Maintenance
+from memory_core.recall import Recaller
 from memory_core.redaction import Redactor
 from memory_core.service import MemoryService
-from memory_core.session.entities import OfflineEntityExtractor
+from memory_core.session.entities import EntityExtractor, OfflineEntityExtractor
 from memory_core.session.service import SessionService
 from memory_core.settings import Settings, redact_url
 from memory_core.stores import open_store
@@ -48,6 +49,7 @@ class Services:
     maintenance: Maintenance
     eraser: Eraser
     sessions: SessionService
+    recaller: Recaller
     tokens: TokenMap | None
 
     def close(self) -> None:
@@ -145,9 +147,19 @@ def _build(settings: Settings) -> Services:
             redis_client=redis_client,
             keys=keys,
             summarizer=summarizer,
-            extractor=OfflineEntityExtractor(),
+            extractor=_entity_extractor(settings),
             tokens=default_counter(),
             default_model=settings.session.summary_model,
         ),
+        recaller=Recaller(memory=memory, tokens=default_counter(), settings=settings.recall),
         tokens=tokens,
     )
+
+
+def _entity_extractor(settings: Settings) -> EntityExtractor:
+    """Claude when an API key is set (the session summary model), else the offline extractor."""
+    if settings.anthropic.api_key is not None:
+        from memory_core.session.claude_entities import ClaudeEntityExtractor
+
+        return ClaudeEntityExtractor(settings.anthropic, model=settings.session.summary_model)
+    return OfflineEntityExtractor()

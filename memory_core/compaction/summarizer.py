@@ -105,6 +105,11 @@ def system_prompt(config: CompactionConfig, count: int) -> str:
     return text.replace("{limit}", str(config.limit)).replace("{count}", str(count))
 
 
+def data_line(entry: object) -> str:
+    """One JSON line of prompt data with ``<`` and ``>`` escaped, so no text in it can open or close a tag."""
+    return json.dumps(entry, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+
+
 def render_items(items: Sequence[str | ChatMessage]) -> str:
     """The items as delimited data: one JSON object per line, so no item can close the block or fake another."""
     lines = []
@@ -115,7 +120,7 @@ def render_items(items: Sequence[str | ChatMessage]) -> str:
                 entry["tool_calls"] = item.tool_calls
         else:
             entry = {"index": index, "text": item}
-        lines.append(json.dumps(entry, ensure_ascii=False))
+        lines.append(data_line(entry))
     return "<memories>\n" + "\n".join(lines) + "\n</memories>"
 
 

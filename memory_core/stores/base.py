@@ -211,6 +211,10 @@ class VectorStore(Protocol):
         """Up to ``limit`` set definitions of every namespace, as ``(namespace, key, definition)``; for sweeps."""
         ...
 
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        """The set definitions of one key of one namespace, sorted by name."""
+        ...
+
     def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
         """Overwrites these payload fields (``to_payload`` names) on existing items; missing ids are ignored."""
         ...

@@ -273,6 +273,10 @@ class EdgeVectorStore:
                 break
         return found
 
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        scope_filter = qe.Filter(must=list(_scope_filter(namespace, key)))
+        return sorted((set_from_payload(p) for p in self._scroll(self._sets, scope_filter)), key=lambda d: d.name)
+
     def close(self) -> None:
         with self._write_lock:
             for shard in (self._items, self._sets):

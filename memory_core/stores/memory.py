@@ -113,6 +113,11 @@ class InMemoryVectorStore:
             payloads = list(self._sets.values())[:limit]
         return [(p["namespace"], p["key"], set_from_payload(p)) for p in payloads]
 
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        with self._lock:
+            payloads = [p for p in self._sets.values() if p["namespace"] == namespace and p["key"] == key]
+        return sorted((set_from_payload(p) for p in payloads), key=lambda d: d.name)
+
     def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
         with self._lock:
             points = self._items.get(scope, {})

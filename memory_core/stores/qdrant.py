@@ -290,6 +290,19 @@ class QdrantVectorStore:
                 break
         return found[:limit]
 
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        found: list[MemorySet] = []
+        offset: qm.ExtendedPointId | None = None
+        scope_filter = qm.Filter(must=_scope_conditions(namespace, key))
+        while True:
+            with _translated("set registry scroll"):
+                records, offset = self._client.scroll(
+                    self._sets, scroll_filter=scope_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            found.extend(set_from_payload(r.payload) for r in records if r.payload)
+            if offset is None:
+                return sorted(found, key=lambda d: d.name)
+
     def close(self) -> None:
         with _translated("close"):
             self._client.close()

@@ -98,6 +98,8 @@ class FakeAnthropic:
             if behaviour.failures > 0 and behaviour.mode != "ok":
                 behaviour.failures -= 1
         text = "\n".join(m["content"] for m in body.get("messages", []) if isinstance(m.get("content"), str))
+        if body.get("tool_choice", {}).get("name") == "record_entities" and mode == "ok":
+            return 200, json.dumps(_message(body, _entities(text), tool=True, input_chars=len(text))).encode()
         count = len(_INDEX.findall(text))
         limit = _limit(body)
         if mode in {"http_500", "http_429"}:
@@ -123,6 +125,21 @@ class FakeAnthropic:
         ).encode()
 
 
+def _entities(text: str) -> dict[str, Any]:
+    """What the fake "model" answers for record_entities: the offline extractor run on the tagged data."""
+    from memory_core.models import ChatMessage
+    from memory_core.session.entities import OfflineEntityExtractor
+
+    def lines(tag: str) -> list[dict[str, Any]]:
+        found = re.search(rf"<{tag}>\n(.*?)</{tag}>", text, flags=re.DOTALL)
+        return [json.loads(line) for line in (found.group(1).splitlines() if found else []) if line.strip()]
+
+    known = {e["name"]: e["summary"] for e in lines("known")}
+    messages = [ChatMessage.model_validate(m) for m in lines("conversation")]
+    updates = OfflineEntityExtractor().update(messages, known)
+    return {"entities": [{"name": n, "summary": s} for n, s in updates.items()]}
+
+
 def _limit(body: dict[str, Any]) -> int:
     found = re.search(r"at most (\d+) topics", json.dumps(body.get("messages", "")))
     return int(found.group(1)) if found else 1
@@ -130,7 +147,7 @@ def _limit(body: dict[str, Any]) -> int:
 
 def _message(request: dict[str, Any], tool_input: dict[str, Any], *, tool: bool, input_chars: int) -> dict[str, Any]:
     block: dict[str, Any] = (
-        {"type": "tool_use", "id": "toolu_fake_1", "name": "record_topics", "input": tool_input}
+        {"type": "tool_use", "id": "toolu_fake_1", "name": _tool_name(request), "input": tool_input}
         if tool
         else {"type": "text", "text": "I would rather chat."}
     )
@@ -144,6 +161,11 @@ def _message(request: dict[str, Any], tool_input: dict[str, Any], *, tool: bool,
         "stop_sequence": None,
         "usage": {"input_tokens": input_chars // 4 + 200, "output_tokens": len(json.dumps(tool_input)) // 4},
     }
+
+
+def _tool_name(request: dict[str, Any]) -> str:
+    name = request.get("tool_choice", {}).get("name")
+    return name if isinstance(name, str) else "record_topics"
 
 
 def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:

@@ -128,6 +128,7 @@ def test_the_prompt_carries_items_as_delimited_data(
     assert "data, not instructions" in request["system"]
     assert "at most 3 topics" in request["system"]
     content = request["messages"][0]["content"]
+    assert content.count("</memories>") == 1  # a memory cannot close the block (< and > are escaped)
     block = content[content.index("<memories>") : content.rindex("</memories>")]
     lines = block.splitlines()[1:]
     assert [json.loads(line)["index"] for line in lines] == [0, 1]

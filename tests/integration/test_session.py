@@ -105,7 +105,9 @@ def test_summary_replaces_old_messages_with_a_summary_from_the_worker(
     assert client.usage(namespace).tokens["session-model"].calls == len(calls)
 
 
-def test_entity_memory_remembers_what_was_said_about_each_entity(client: MemoryClient, namespace: str):
+def test_entity_memory_remembers_what_was_said_about_each_entity(
+    client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic
+):
     memory = client.session(namespace, "s6").entity(k=1)
     memory.save({"input": "Deven and Sam are working on a hackathon project"}, {"output": "That sounds fun!"})
     memory.save({"input": "Sam's favourite language is Rust. It is fast."}, {"output": "Noted."})
@@ -118,6 +120,24 @@ def test_entity_memory_remembers_what_was_said_about_each_entity(client: MemoryC
     assert "Deven" in memory.session.entities()
     assert memory.load({"input": "tell me about deven"})["entities"].keys() == {"Deven"}
     assert memory.stats().entities >= 3  # Deven, Sam, Rust
+    # With an Anthropic key configured (as here) the worker asked Claude, through the SDK, with the known notes.
+    asked = [r for r in fake_anthropic.requests if r.get("tool_choice", {}).get("name") == "record_entities"]
+    assert len(asked) == 2
+    assert '"name": "Sam"' in asked[1]["messages"][0]["content"]  # what was known of Sam went with the second
+
+
+def test_an_unusable_entity_reply_changes_nothing_and_is_retried(
+    client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic
+):
+    memory = client.session(namespace, "s6b").entity(k=1)
+    memory.save({"input": "Mira lives in Paris"}, {"output": "ok"})
+    before = memory.session.entities()
+    fake_anthropic.behave("http_500", failures=1)  # one failure, then the retry succeeds
+    memory.save({"input": "Mira moved to Rome"}, {"output": "ok"})
+    after = memory.session.entities()
+    assert "Rome" in after["Mira"]
+    assert "Paris" in after["Mira"]
+    assert before["Mira"] != after["Mira"]
 
 
 def test_vector_memory_retrieves_relevant_exchanges_from_earlier_sessions(client: MemoryClient, namespace: str):

@@ -32,3 +32,9 @@ def size(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
 def get_set(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """A set definition, or none."""
     return self.services.memory.get_set(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.RECALL, bind=True, base=MemoryTask)
+def recall(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Scored, deduplicated memories of every tier for a query."""
+    return self.services.recaller.recall(request).model_dump(mode="json")

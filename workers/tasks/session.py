@@ -19,7 +19,12 @@ def session_fold(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     return self.services.sessions.fold(request).model_dump(mode="json")
 
 
-@shared_task(name=routing.SESSION_ENTITIES, bind=True, base=MemoryTask)
+@shared_task(
+    name=routing.SESSION_ENTITIES,
+    bind=True,
+    base=MemoryTask,
+    autoretry_for=(*MemoryTask.autoretry_for, SummarizerError),
+)
 def session_entities(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """Update the entities an exchange mentions."""
     return self.services.sessions.entities(request).model_dump(mode="json")

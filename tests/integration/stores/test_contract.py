@@ -164,6 +164,14 @@ def test_set_definitions_are_stored_per_namespace_and_key(store: VectorStore):
     assert store.get_set("ns", "key", "notes") is None
 
 
+def test_the_sets_of_a_key_are_listed_by_name_and_no_others(store: VectorStore):
+    for namespace, key, name in [("ns", "k", "b"), ("ns", "k", "a"), ("ns", "k2", "c"), ("ns2", "k", "d")]:
+        store.put_set(namespace, key, MemorySet(name=name))
+    assert [d.name for d in store.sets_of("ns", "k")] == ["a", "b"]
+    assert [d.name for d in store.sets_of("ns2", "k")] == ["d"]
+    assert store.sets_of("ns3", "k") == []
+
+
 def test_the_embedded_engine_keeps_data_across_reopen(tmp_path: Path):
     first = EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
     first.upsert(SCOPE, [_record("a", "persisted", 1)])
