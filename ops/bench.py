@@ -147,6 +147,31 @@ def _compaction(client: MemoryClient, texts: list[str], name: str) -> tuple[Comp
     return report, time.perf_counter() - started
 
 
+def _tiers(client: MemoryClient, queries: list[str]) -> dict[str, list[float]]:
+    """Latencies (ms) of the volatile tiers and of recall, on the loaded 'bench' key."""
+    timings: dict[str, list[float]] = {name: [] for name in ("persist", "cold", "save", "window", "recall")}
+
+    def timed(name: str, call: Callable[[], object]) -> None:
+        started = time.perf_counter()
+        call()
+        timings[name].append((time.perf_counter() - started) * 1000)
+
+    for run in range(50):
+        stm = client.short_term("bench", "k")
+        for field in range(20):
+            stm.set(f"state.f{field}", f"value {run} {field}")
+        timed("persist", stm.persist)
+        timed("cold", lambda: client.short_term("bench", "k").get("state.f7"))  # one HGETALL, then local
+    session = client.session("bench", "chat", key="k")
+    memory, window = session.buffer(), session.window(k=5)
+    for turn in range(50):
+        timed("save", lambda t=turn: memory.save({"input": f"question {t}"}, {"output": f"answer {t}"}))
+        timed("window", lambda: window.load({"input": "next"}))
+    for query in queries[:50]:
+        timed("recall", lambda q=query: client.recall("bench", "k", q, session_id="chat", limit=10))
+    return timings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=2000)
@@ -204,6 +229,7 @@ def main() -> None:
             other = fresh.long_term("bench", "k")
             l2_latencies = _timed(lambda q: other.search("notes", q, limit=10), queries)
             assert fresh.stats().l2_hits == len(queries), "every search of the fresh client must hit L2"
+        tiers = _tiers(client, [q + " (again)" for q in queries])  # new query texts: no cached search or embedding
         extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
 
     ttl_write_s, ttl_sweep_s = _ttl_sweep(args.ttl_items)
@@ -233,6 +259,13 @@ def main() -> None:
         f"| TTL sweep of {args.ttl_items:,} expired items, embedded engine | {ttl_sweep_s:.2f} s "
         f"(writing them took {ttl_write_s:.1f} s) |"
     )
+    print(f"| short-term: persist 20 fields (one MULTI), p50 / p95 | {_pair(tiers['persist'])} |")
+    print(f"| short-term: first read of a state (one HGETALL), p50 / p95 | {_pair(tiers['cold'])} |")
+    print(f"| session: save() of one exchange (XADD + promotion task), p50 / p95 | {_pair(tiers['save'])} |")
+    print(f"| session: window(k=5).load(), p50 / p95 | {_pair(tiers['window'])} |")
+    print(f"| recall over 3 tiers ({len(texts)}-item set + state + session), p50 / p95 | {_pair(tiers['recall'])} |")
+    ratio = statistics.median(tiers["recall"]) / statistics.median(latencies)
+    print(f"| recall p50 / search-miss p50 | {ratio:.2f} |")
     per_1000 = 1000 / max(claude.items_folded, 1)
     print(
         f"| compaction, extractive, {extractive.items_before} items (limit 10) | {extractive_s:.2f} s, "

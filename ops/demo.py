@@ -83,6 +83,33 @@ def _compaction_demo(alice: LongTermMemory, claude: bool) -> None:
         print(f"    [{label}] {item.value}")
 
 
+def _tiers_demo(client: MemoryClient, claude: bool) -> None:
+    """Short-term state, a session folded into its summary, a profile, then one recall over every tier."""
+    with client.short_term(NAMESPACE, "alice") as stm:  # persisted when the block ends
+        stm.set("task.current", "booking a restaurant for Friday")
+        stm.set("task.party_size", 2)
+    session = client.session(NAMESPACE, "friday-dinner", key="alice")
+    memory = session.summary(max_tokens=60)
+    for (_, question), (_, answer) in zip(CHAT[::2], CHAT[1::2], strict=True):
+        memory.save({"input": question}, {"output": answer})
+    memory.save({"input": "Make it somewhere near the river, please."}, {"output": "Noted: riverside."})
+    stats = memory.stats()
+    who = "Claude" if claude else "the offline summarizer"
+    print(f"\nsession 'friday-dinner' (summary strategy, 60 tokens): {stats.summarized_messages} of")
+    print(f"{stats.messages} messages folded into a summary by {who}; load() now returns:")
+    for line in memory.load({"input": "anything else?"})["history"].splitlines():
+        print(f"    {line[:110]}")
+    client.profile(NAMESPACE, "alice").update({"name": "Alice", "city": "Lyon", "contact": {"channel": "e-mail"}})
+    result = client.recall(NAMESPACE, "alice", "plan Friday dinner for Alice", session_id="friday-dinner", limit=6)
+    print("\nrecall across tiers for 'plan Friday dinner for Alice' (score, tier, also found in):")
+    for item in result.items:
+        also = f"  (also in {', '.join(item.also_in)})" if item.also_in else ""
+        print(f"    {item.score:.3f}  [{item.tier}] {item.text[:80]}{also}")
+    print(f"as a prompt block ({result.tokens} tokens):")
+    for line in result.context.splitlines():
+        print(f"    {line[:110]}")
+
+
 def _env() -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key.startswith("MEMORY_")}
     env.setdefault("MEMORY_QDRANT__PATH", str(ROOT / ".memory-core" / "qdrant"))
@@ -99,9 +126,8 @@ def main() -> None:
         worker(env, name="demo-worker", concurrency=2),
         MemoryClient(settings) as client,
     ):
+        client.forget(NAMESPACE)  # a fresh start on every run
         alice = client.long_term(NAMESPACE, "alice")
-        for name in ("facts", "chat", "journal"):
-            alice.delete_memory_set(name)  # a fresh start on every run
 
         facts = alice.get_or_create_memory_set("facts", item_type=str, capacity=1000)
         started = time.perf_counter()
@@ -128,6 +154,7 @@ def main() -> None:
 
         (hit,) = chat.search("what did the user say about allergies?", limit=1)
         print(f"\nchat search 'allergies' -> {hit.value}  ({hit.score:.3f})")
+        _tiers_demo(client, settings.anthropic.api_key is not None)
         try:
             client.long_term("someone-else", "alice").get_memory_set("facts")
             print("\nERROR: another namespace could see the set 'facts'")
