@@ -64,6 +64,7 @@ from memory_core.models import (
     MemorySet,
     MemorySetItem,
     Namespace,
+    SearchMode,
     SetName,
     Usage,
     utcnow,
@@ -432,12 +433,14 @@ class LongTermMemory:
         eviction: EvictionPolicy | None = None,
         dedup: DedupMode | None = None,
         dedup_threshold: float = 0.95,
+        context_window: int = 2,
     ) -> MemorySet:
         """Returns the set ``name``, creating it with this definition if it does not exist.
 
         ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
         importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
-        or ``none`` (default for chat sets).
+        or ``none`` (default for chat sets). ``context_window``: how many earlier items are indexed with each
+        item for lexical search (2; 0 for sets of unrelated facts).
         """
         fields = {
             "name": _checked(_SET_NAME, name, "memory set name"),
@@ -448,6 +451,7 @@ class LongTermMemory:
             "eviction": eviction,
             "dedup": dedup,
             "dedup_threshold": dedup_threshold,
+            "context_window": context_window,
         }
         definition = parse(MemorySet, fields, f"memory set definition {name!r}")
         request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
@@ -587,11 +591,19 @@ class LongTermMemory:
         return CountReply.model_validate(reply).count
 
     def search(
-        self, memory_set: SetRef, query: str, limit: int = 10, filters: dict[str, Any] | None = None
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        filters: dict[str, Any] | None = None,
+        *,
+        mode: SearchMode = "hybrid",
     ) -> list[MemorySetItem]:
-        """The ``limit`` items most relevant to ``query``, best first, each with a ``score``.
+        """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
 
-        ``filters`` match metadata keys exactly: ``{"source": "chat"}``, or a list for any-of.
+        ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
+        ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
+        ``{"source": "chat"}``, or a list for any-of.
         """
         limits = self._client.settings.limits
         if not isinstance(query, str) or not query.strip():
@@ -601,14 +613,22 @@ class LongTermMemory:
             raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
         filters = dict(filters or {})
         check_filters(filters)
+        if mode not in ("hybrid", "dense", "lexical"):
+            raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
         set_name = self._set_name(memory_set)
         request = SearchRequest(
-            namespace=self.namespace, key=self.key, set_name=set_name, query=query, limit=limit, filters=filters
+            namespace=self.namespace,
+            key=self.key,
+            set_name=set_name,
+            query=query,
+            limit=limit,
+            filters=filters,
+            mode=mode,
         )
         reads = self._client.reads
         if reads is None:
             return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
-        scope, digest = request.scope, search_digest(query, limit, filters)
+        scope, digest = request.scope, search_digest(query, limit, filters, mode)
         cached, version, online = reads.search(scope, digest)
         if cached is not None:
             return cached

@@ -12,7 +12,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from memory_core.models import ChatMessage, ItemId, Key, MemorySet, MemorySetItem, Namespace, Scope, SetName
+from memory_core.models import (
+    ChatMessage,
+    ItemId,
+    Key,
+    MemorySet,
+    MemorySetItem,
+    Namespace,
+    Scope,
+    SearchMode,
+    SetName,
+)
 
 SCHEMA_VERSION = 1
 
@@ -86,6 +96,7 @@ class SearchRequest(SetRequest):
     query: str
     limit: int = Field(ge=1)
     filters: dict[str, FilterValue] = Field(default_factory=dict)
+    mode: SearchMode = "hybrid"
 
 
 class CreateSetRequest(Request):

@@ -128,6 +128,7 @@ class EvictionPolicy(BaseModel):
 
 
 DedupMode = Literal["exact", "semantic", "none"]
+SearchMode = Literal["dense", "lexical", "hybrid"]
 
 
 def _item_type_name(item_type: type[str | ChatMessage]) -> str:
@@ -160,6 +161,9 @@ class MemorySet(BaseModel):
     eviction: EvictionPolicy | None = None
     dedup: DedupMode | None = None
     dedup_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    # How many earlier items of the set are indexed with each item for lexical search (its "context"):
+    # a turn is found by the words of the turns that led to it. 0 indexes each item alone.
+    context_window: int = Field(default=2, ge=0, le=16)
 
     # Typed loosely: pydantic would otherwise need the client module to build this model.
     _ltm: Any = PrivateAttr(default=None)
@@ -218,9 +222,11 @@ class MemorySet(BaseModel):
         """Returns items of this set in insertion order; see ``LongTermMemory.get``."""
         return self._bound().get(self, ids)
 
-    def search(self, query: str, limit: int = 10, filters: dict[str, Any] | None = None) -> list[MemorySetItem]:
-        """Searches this set; see ``LongTermMemory.search``."""
-        return self._bound().search(self, query, limit=limit, filters=filters)
+    def search(
+        self, query: str, limit: int = 10, filters: dict[str, Any] | None = None, *, mode: SearchMode = "hybrid"
+    ) -> list[MemorySetItem]:
+        """Searches this set; see ``LongTermMemory.search`` (``mode``: hybrid, dense or lexical)."""
+        return self._bound().search(self, query, limit=limit, filters=filters, mode=mode)
 
     def delete(self, ids: Sequence[str] | None = None) -> int:
         """Deletes items of this set; see ``LongTermMemory.delete``."""

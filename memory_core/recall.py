@@ -78,7 +78,7 @@ class Recaller:
         found: list[_Candidate] = []
         for name in sorted(names):
             scope = Scope(request.namespace, request.key, name)
-            hits = store.search(scope, query, self.settings.per_set, {})
+            hits = store.search(scope, query, self.settings.per_set, {}, text=request.query, mode="hybrid")
             self.memory.record_access(scope, hits)
             found.extend(_Candidate.stored(name, hit) for hit in hits)
         return found

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -49,6 +50,20 @@ def embedding_text(item: MemorySetItem) -> str:
     return str(item.value)
 
 
+@dataclass(frozen=True)
+class PreparedAdd:
+    """A validated add request: its set's definition and the items to write, in order (with their seq)."""
+
+    request: AddRequest
+    definition: MemorySet
+    items: list[tuple[MemorySetItem, int]]
+
+    @property
+    def texts(self) -> list[str]:
+        """What each item is embedded by."""
+        return [embedding_text(item) for item, _ in self.items]
+
+
 class MemoryService:
     """Long-term memory operations over one store and one embedder (one instance per worker process).
 
@@ -79,9 +94,13 @@ class MemoryService:
 
     def embed(self, namespace: str, texts: list[str]) -> list[list[float]]:
         """Vectors for ``texts``, through the embedding cache when there is one."""
+        return self.embed_many([(namespace, text) for text in texts])
+
+    def embed_many(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+        """Vectors for ``(namespace, text)`` pairs, in one embedder call (cache misses only, with a cache)."""
         if self.embeddings is not None:
-            return self.embeddings.embed(namespace, texts)
-        return self.embedder.embed(texts)
+            return self.embeddings.embed_many(pairs)
+        return self.embedder.embed([text for _, text in pairs])
 
     def _definition(self, scope: Scope) -> MemorySet:
         return require_set(self.store, scope)
@@ -141,6 +160,11 @@ class MemoryService:
         Returns, for each item sent, the id it is stored under: its own, or that of the existing item a
         deduplicating set folded it into.
         """
+        prepared = self.prepare_add(raw)
+        return self.store_add(prepared, self.embed(prepared.request.namespace, prepared.texts))
+
+    def prepare_add(self, raw: dict[str, Any]) -> PreparedAdd:
+        """Validates an add request and builds its items (redacted when redaction is on); touches nothing."""
         request = parse(AddRequest, raw, "add request")
         definition = self._definition(request.scope)
         if len(request.items) > self.limits.max_items_per_call:
@@ -148,14 +172,16 @@ class MemoryService:
                 f"add carries {len(request.items)} items; at most {self.limits.max_items_per_call} are allowed"
             )
         latest = {item.id: item for item in request.items}  # a repeated id in one call: the last one wins
-        items = [self._new_item(definition, new) for new in latest.values()]
+        return PreparedAdd(request, definition, [self._new_item(definition, new) for new in latest.values()])
+
+    def store_add(self, prepared: PreparedAdd, vectors: list[list[float]]) -> AddReply:
+        """Writes prepared items with their vectors (deduplicating under the set's lock when the set does)."""
+        request, definition, items = prepared.request, prepared.definition, prepared.items
         if definition.effective_dedup == "none":
-            vectors = self.embed(request.namespace, [embedding_text(item) for item, _ in items])
-            self._upsert(request.scope, items, vectors)
+            self._upsert(request.scope, items, vectors, definition.context_window)
             stored_as = {item.id: item.id for item, _ in items}
         else:
-            # Embed before taking the set's lock: only the check-and-write needs to be serialized.
-            vectors = self.embed(request.namespace, [embedding_text(item) for item, _ in items])
+            # Embedded before taking the set's lock: only the check-and-write needs to be serialized.
             with self._write_lock(request.scope):
                 stored_as = self._add_deduplicated(request.scope, definition, items, vectors)
         self._changed(request.scope)
@@ -191,9 +217,11 @@ class MemoryService:
         )
         return item, new.seq
 
-    def _upsert(self, scope: Scope, items: list[tuple[MemorySetItem, int]], vectors: list[list[float]]) -> None:
+    def _upsert(
+        self, scope: Scope, items: list[tuple[MemorySetItem, int]], vectors: list[list[float]], context_window: int
+    ) -> None:
         records = [ItemRecord(item=item, seq=seq, vector=v) for (item, seq), v in zip(items, vectors, strict=True)]
-        self.store.upsert(scope, records)
+        self.store.upsert(scope, records, context_window=context_window)
 
     def _add_deduplicated(
         self,
@@ -221,7 +249,7 @@ class MemoryService:
             base = merges.get(target.id, (target, dict(target.additional_metadata)))[1]
             merges[target.id] = (target, {**base, **item.additional_metadata})
             stored_as[item.id] = target.id
-        self._upsert(scope, kept, kept_vectors)
+        self._upsert(scope, kept, kept_vectors, definition.context_window)
         now = time.time()
         for target, metadata in merges.values():
             if any(k[0].id == target.id for k in kept):  # folded into an item of this same call
@@ -288,7 +316,9 @@ class MemoryService:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {self.limits.max_search_limit}")
         self._definition(request.scope)
         (vector,) = self.embed(request.namespace, [request.query])
-        items = self.store.search(request.scope, vector, request.limit, request.filters)
+        items = self.store.search(
+            request.scope, vector, request.limit, request.filters, text=request.query, mode=request.mode
+        )
         self._accessed(request.scope, items)
         return ItemsReply(items=items)
 

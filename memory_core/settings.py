@@ -166,12 +166,23 @@ class CheckpointSettings(BaseModel):
     max_per_thread: int = Field(default=1_000, ge=1)
 
 
+class BatchingSettings(BaseModel):
+    """Worker-side micro-batching of writes: adds arriving as many small tasks are embedded together."""
+
+    enabled: bool = True
+    max_items: int = Field(default=64, ge=1, le=4096)
+    max_wait_ms: float = Field(default=2.0, ge=0, le=1000)  # how long a small batch waits for more
+    threads: int = Field(default=0, ge=0, le=64)  # batch threads; 0 = one per CPU core
+
+
 class CelerySettings(BaseModel):
     """The task layer: broker, delivery, retries and the worker pool."""
 
     broker_url: str | None = None
     pool: Literal["threads", "solo", "prefork"] = "threads"
-    concurrency: int = Field(default=4, ge=1)
+    # Threads: tasks mostly wait (on the batcher, Redis, the store), and enough of them in flight let small
+    # writes be embedded together.
+    concurrency: int = Field(default=16, ge=1)
     max_retries: int = Field(default=5, ge=0)
     retry_backoff_max: int = Field(default=60, ge=1)
     # Redis redelivers a task a worker has not acknowledged after this many seconds (a killed
@@ -267,6 +278,7 @@ class Settings(BaseSettings):
     session: SessionSettings = SessionSettings()
     checkpoints: CheckpointSettings = CheckpointSettings()
     recall: RecallSettings = RecallSettings()
+    batching: BatchingSettings = BatchingSettings()
     profile: ProfileSettings = ProfileSettings()
 
     @property

@@ -17,19 +17,24 @@ import os
 import random
 import shutil
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
+import redis
 from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
 
-from memory_core import CompactionConfig, MemoryClient, load_settings
-from memory_core.embedders.minilm import MiniLMEmbedder
+from memory_core import CompactionConfig, MemoryClient, WriteReceipt, load_settings
+from memory_core.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
 from memory_core.messages import CompactionReport
-from memory_core.models import MemorySetItem, Scope
-from memory_core.stores import ItemRecord
+from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.settings import QdrantSettings
+from memory_core.stores import ItemRecord, collection_name
 from memory_core.stores.edge import EdgeVectorStore
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
@@ -133,6 +138,99 @@ def _ttl_sweep(count: int) -> tuple[float, float]:
         store.close()
 
 
+def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4) -> float:
+    """(b): one add() per item from ``clients`` threads, wait=False, timed until every item is durable."""
+    ltm = client.long_term("bench", "k")
+    singles = ltm.get_or_create_memory_set("singles", capacity=1_000_000)
+    receipts: list[WriteReceipt] = []
+    lock = threading.Lock()
+
+    def send(part: list[str]) -> None:
+        mine = [ltm.submit(singles, [text]) for text in part]
+        with lock:
+            receipts.extend(mine)
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(send, [texts[i::clients] for i in range(clients)]))
+    for receipt in receipts:
+        receipt.wait(timeout=600)
+    rate = len(texts) / (time.perf_counter() - started)
+    assert singles.size() == len(texts), "every item must be stored"
+    return rate
+
+
+def _clear_embeddings(url: str, prefix: str) -> None:
+    """Drops cached embeddings, so the next measure on the same texts embeds them again."""
+    client = redis.Redis.from_url(url)
+    try:
+        for key in client.scan_iter(f"{prefix}:*:embedding:*", count=1000):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _big_store(path: Path, count: int) -> float:
+    """Writes a ``count``-item set straight into an embedded store (random vectors, real texts); seconds taken."""
+    shutil.rmtree(path, ignore_errors=True)
+    settings = QdrantSettings(path=path)
+    store = EdgeVectorStore(path, collection=collection_name(settings, MODEL_NAME), dimension=DIMENSION)
+    started = time.perf_counter()
+    try:
+        store.put_set("bench", "big", MemorySet(name="notes", capacity=10_000_000))
+        rng = np.random.default_rng(3)
+        texts = corpus(count, seed=3)
+        now = datetime.now(UTC)
+        scope = Scope("bench", "big", "notes")
+        for start in range(0, count, 2_000):
+            vectors = rng.standard_normal((min(2_000, count - start), DIMENSION), dtype=np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+            records = [
+                ItemRecord(
+                    item=MemorySetItem(
+                        memory_set_name="notes",
+                        id=str(start + i),
+                        value=texts[start + i],
+                        created_time=now,
+                        last_accessed_time=now,
+                    ),
+                    seq=start + i,
+                    vector=vector,
+                )
+                for i, vector in enumerate(vectors)
+            ]
+            store.upsert(scope, records, context_window=2)
+        return time.perf_counter() - started
+    finally:
+        store.close()
+
+
+def _big_search(env: dict[str, str], count: int, queries: list[str]) -> dict[str, Any]:
+    """Hybrid search through the queue on a ``count``-item set (every query new: cache misses); worker RSS."""
+    path = RUN_DIR / "bench-big"
+    write_s = _big_store(path, count)
+    big_env = {**env, "MEMORY_QDRANT__PATH": str(path), "MEMORY_REDIS__KEY_PREFIX": "benchbig"}
+    os.environ.update(big_env)
+    settings = load_settings()
+    with worker(big_env, name="bench-big-worker") as process, MemoryClient(settings) as client:
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
+        notes = client.long_term("bench", "big").get_memory_set("notes")
+        notes.search("warm-up query", limit=10)
+        rss = [_rss_mb(process.pid)]
+        rounds = [_timed(lambda q, r=r: notes.search(f"{q} (round {r})", limit=10), queries) for r in range(3)]
+        rss.append(_rss_mb(process.pid))
+        dense = _timed(lambda q: notes.search(f"{q} (dense)", limit=10, mode="dense"), queries)
+        rss.append(_rss_mb(process.pid))
+    return {"write_s": write_s, "hybrid": rounds[0], "rounds": rounds, "dense": dense, "rss": rss}
+
+
 def _compaction(client: MemoryClient, texts: list[str], name: str) -> tuple[CompactionReport, float]:
     """Fills a set with ``texts`` (below its capacity, so nothing triggers), then times one compaction."""
     ltm = client.long_term("bench", "compaction")
@@ -179,6 +277,7 @@ def main() -> None:
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--compaction-items", type=int, default=1000)
     parser.add_argument("--ttl-items", type=int, default=100_000)
+    parser.add_argument("--big-items", type=int, default=100_000)
     args = parser.parse_args()
 
     env = isolated_env("bench")
@@ -209,7 +308,9 @@ def main() -> None:
         notes.add(texts[:32], ids=[f"warm-{i}" for i in range(32)])  # worker warm-up (model load)
         notes.delete()
 
-        # (b) the full path: batched add calls sent at once, timed until every batch is durable.
+        # (b) one add per item from 4 client threads; (c) batched add calls; same texts, no cached embeddings.
+        single_rate = _single_adds(client, texts)
+        _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
         ltm = client.long_term("bench", "k")
         started = time.perf_counter()
         receipts = [ltm.submit(notes, texts[i : i + args.batch]) for i in range(0, len(texts), args.batch)]
@@ -233,6 +334,7 @@ def main() -> None:
         extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
 
     ttl_write_s, ttl_sweep_s = _ttl_sweep(args.ttl_items)
+    big = _big_search(env, args.big_items, queries[:100])
 
     with FakeAnthropic() as fake:
         fake_env = {**env, "MEMORY_ANTHROPIC__API_KEY": "sk-ant-bench-fake", "MEMORY_ANTHROPIC__BASE_URL": fake.url}
@@ -249,8 +351,10 @@ def main() -> None:
     for threads, rate in rates.items():
         print(f"| embedder alone, {threads} thread(s), batch {settings.embedder.batch_size} | {rate:.0f} items/s |")
     print(f"| (a) embedder ceiling: the best of those | {embed_rate:.0f} items/s |")
-    print(f"| (b) full path, add() of {args.batch}, until durable | {full_rate:.0f} items/s |")
-    print(f"| ratio (b)/(a) | {full_rate / embed_rate:.2f} |")
+    print(f"| (b) full path, one add() per item from 4 client threads, until durable | {single_rate:.0f} items/s |")
+    print(f"| (c) full path, add() of {args.batch}, until durable | {full_rate:.0f} items/s |")
+    print(f"| ratio (b)/(a) | {single_rate / embed_rate:.2f} |")
+    print(f"| ratio (c)/(a) | {full_rate / embed_rate:.2f} |")
     print(f"| search, cache miss (through the queue), p50 / p95 | {_pair(latencies)} |")
     print(f"| search, L2 hit (Redis, another client), p50 / p95 | {_pair(l2_latencies)} |")
     print(f"| search, L1 hit (this process), p50 / p95 | {_pair(l1_latencies)} |")
@@ -266,6 +370,16 @@ def main() -> None:
     print(f"| recall over 3 tiers ({len(texts)}-item set + state + session), p50 / p95 | {_pair(tiers['recall'])} |")
     ratio = statistics.median(tiers["recall"]) / statistics.median(latencies)
     print(f"| recall p50 / search-miss p50 | {ratio:.2f} |")
+    print(
+        f"| hybrid search on a {args.big_items:,}-item set, through the queue, p50 / p95 | {_pair(big['hybrid'])} "
+        f"(p50 minus the query embedding: {statistics.median(big['hybrid']) - query_embed_ms:.1f} ms) |"
+    )
+    print(f"| dense search on the same set, p50 / p95 | {_pair(big['dense'])} |")
+    print(
+        f"| worker RSS with the {args.big_items:,}-item set: after warm-up / 3 x {len(big['hybrid'])} searches / "
+        f"{len(big['dense'])} more | {' / '.join(f'{r:.0f} MB' for r in big['rss'])} |"
+    )
+    print(f"| (writing the {args.big_items:,} items straight into the engine took {big['write_s']:.1f} s) | |")
     per_1000 = 1000 / max(claude.items_folded, 1)
     print(
         f"| compaction, extractive, {extractive.items_before} items (limit 10) | {extractive_s:.2f} s, "

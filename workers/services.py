@@ -7,14 +7,17 @@ services once per process and caches them. Nothing is opened at import time.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from celery import Celery
 
 from memory_core.auth import TokenMap
+from memory_core.batching import AddBatcher
 from memory_core.cache.embeddings import EmbeddingCache
 from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
 from memory_core.coordination import Coordinator
@@ -23,6 +26,7 @@ from memory_core.embedders import open_embedder
 from memory_core.erasure import Eraser
 from memory_core.keys import Keys
 from memory_core.maintenance import Maintenance
+from memory_core.messages import AddReply
 from memory_core.recall import Recaller
 from memory_core.redaction import Redactor
 from memory_core.service import MemoryService
@@ -50,10 +54,17 @@ class Services:
     eraser: Eraser
     sessions: SessionService
     recaller: Recaller
+    batcher: AddBatcher | None
     tokens: TokenMap | None
+
+    def add(self, request: dict[str, Any]) -> AddReply:
+        """An add, through the micro-batcher when batching is on."""
+        return self.batcher.add(request) if self.batcher is not None else self.memory.add(request)
 
     def close(self) -> None:
         """Flushes and releases the store (its directory lock), broker and Redis connections."""
+        if self.batcher is not None:
+            self.batcher.close()
         self.memory.store.close()
         self.dispatcher.close()
         self.redis.close()
@@ -152,6 +163,7 @@ def _build(settings: Settings) -> Services:
             default_model=settings.session.summary_model,
         ),
         recaller=Recaller(memory=memory, tokens=default_counter(), settings=settings.recall),
+        batcher=_batcher(memory, settings),
         tokens=tokens,
     )
 
@@ -163,3 +175,11 @@ def _entity_extractor(settings: Settings) -> EntityExtractor:
 
         return ClaudeEntityExtractor(settings.anthropic, model=settings.session.summary_model)
     return OfflineEntityExtractor()
+
+
+def _batcher(memory: MemoryService, settings: Settings) -> AddBatcher | None:
+    config = settings.batching
+    if not config.enabled:
+        return None
+    threads = config.threads or os.cpu_count() or 1
+    return AddBatcher(memory, max_items=config.max_items, max_wait=config.max_wait_ms / 1000, threads=threads)

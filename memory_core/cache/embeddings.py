@@ -25,31 +25,38 @@ class EmbeddingCache:
 
     def embed(self, namespace: str, texts: Sequence[str]) -> list[list[float]]:
         """Vectors for ``texts``, from the cache where present; the rest embedded in one batch and stored."""
-        if not texts:
+        return self.embed_many([(namespace, text) for text in texts])
+
+    def embed_many(self, pairs: Sequence[tuple[str, str]]) -> list[list[float]]:
+        """Vectors for ``(namespace, text)`` pairs of any namespaces: one MGET, one embedder call for the misses.
+
+        Entries are cached per namespace (no cross-tenant timing hints); a text needed by several
+        namespaces is embedded once.
+        """
+        if not pairs:
             return []
         model = self.embedder.model_name
         keys = [
-            self._keys.cached_embedding(namespace, model, hashlib.sha256(t.encode("utf-8")).hexdigest()[:40])
-            for t in texts
+            self._keys.cached_embedding(namespace, model, hashlib.sha256(text.encode("utf-8")).hexdigest()[:40])
+            for namespace, text in pairs
         ]
         try:
             cached = self._client.mget(keys)
         except redis.RedisError:
-            cached = [None] * len(texts)  # the cache is an optimization; embedding still works without it
+            cached = [None] * len(pairs)  # the cache is an optimization; embedding still works without it
         vectors: list[list[float] | None] = [json.loads(c) if c else None for c in cached]
         missing = [i for i, v in enumerate(vectors) if v is None]
-        first_key = {texts[i]: keys[i] for i in reversed(missing)}
-        unique = list(dict.fromkeys(texts[i] for i in missing))
-        self.hits += len(texts) - len(missing)
+        unique = list(dict.fromkeys(pairs[i][1] for i in missing))
+        self.hits += len(pairs) - len(missing)
         self.misses += len(unique)
         if unique:
             fresh = dict(zip(unique, self.embedder.embed(unique), strict=True))
             for i in missing:
-                vectors[i] = fresh[texts[i]]
+                vectors[i] = fresh[pairs[i][1]]
             try:
                 with self._client.pipeline(transaction=False) as pipe:
-                    for text, vector in fresh.items():
-                        pipe.set(first_key[text], json.dumps(vector), ex=self._ttl)
+                    for i in dict.fromkeys(missing):
+                        pipe.set(keys[i], json.dumps(vectors[i]), ex=self._ttl)
                     pipe.execute()
             except redis.RedisError:
                 pass

@@ -27,9 +27,10 @@ from memory_core.keys import Keys
 from memory_core.models import MemorySetItem, Scope, utcnow
 
 
-def search_digest(query: str, limit: int, filters: dict[str, Any]) -> str:
+def search_digest(query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid") -> str:
     """A stable hash of everything that shapes a search result."""
-    text = json.dumps({"query": query, "limit": limit, "filters": filters}, sort_keys=True, ensure_ascii=False)
+    fields = {"query": query, "limit": limit, "filters": filters, "mode": mode}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

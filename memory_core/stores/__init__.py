@@ -11,8 +11,18 @@ from memory_core.stores.base import ItemRecord, VectorStore, point_id
 __all__ = ["ItemRecord", "VectorStore", "collection_name", "open_store", "point_id"]
 
 
+LAYOUT = "v2"
+"""The item layout: v2 adds the BM25 sparse vectors (``bm25``, ``bm25_ctx``). A store of the previous
+(dense-only) layout is migrated into a v2 collection when one is first opened; the old one stays."""
+
+
 def collection_name(settings: QdrantSettings, model_name: str) -> str:
-    """One collection per embedding model: vectors of different models never share an index."""
+    """One collection per embedding model (vectors of different models never share an index) and layout."""
+    return f"{legacy_collection_name(settings, model_name)}_{LAYOUT}"
+
+
+def legacy_collection_name(settings: QdrantSettings, model_name: str) -> str:
+    """The collection name of the previous, dense-only layout."""
     slug = re.sub(r"[^a-z0-9]+", "_", model_name.lower()).strip("_")
     return f"{settings.collection_prefix}_{slug}"
 
@@ -26,10 +36,11 @@ def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> 
 
 def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
     collection = collection_name(settings, model_name)
+    legacy = legacy_collection_name(settings, model_name)
     if settings.backend == "edge":
         from memory_core.stores.edge import EdgeVectorStore
 
-        return EdgeVectorStore(settings.path, collection=collection, dimension=dimension)
+        return EdgeVectorStore(settings.path, collection=collection, dimension=dimension, legacy=legacy)
     from memory_core.stores.qdrant import QdrantVectorStore
 
     if settings.backend == "server":
@@ -39,7 +50,12 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
             )
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         return QdrantVectorStore.connect(
-            settings.url, api_key=api_key, timeout=settings.timeout, collection=collection, dimension=dimension
+            settings.url,
+            api_key=api_key,
+            timeout=settings.timeout,
+            collection=collection,
+            dimension=dimension,
+            legacy=legacy,
         )
     # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
     return QdrantVectorStore.connect(
@@ -48,4 +64,5 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
         timeout=settings.timeout,
         collection=collection,
         dimension=dimension,
+        legacy=legacy,
     )

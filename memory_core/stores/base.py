@@ -8,29 +8,119 @@ check them on each):
 * Point ids are ``uuid5(namespace, key, set, item id)``, so writing the same item
   twice overwrites one point (idempotent upserts).
 * ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending).
-* ``search`` scores are cosine similarity: higher = more similar.
+* ``search`` scores are higher = more relevant. In ``dense`` mode they are cosine similarities;
+  in ``lexical`` and ``hybrid`` mode they are fused scores (DBSF: each ranker's scores scaled to 0..1 by
+  their mean +/- 3 standard deviations, then averaged over the rankers and capped at 1: a ranker's
+  outlier can exceed its +3 sigma), so also within 0..1 but comparable within one result only.
+* Every item is indexed three ways: its dense vector, a BM25 sparse vector of its text (``bm25``,
+  IDF applied by the engine) and a BM25 sparse vector of its text with the set's previous
+  ``context_window`` items (``bm25_ctx``), so a turn is found by the words of the turns that led to it.
 * Set definitions are stored durably beside the items (a second collection).
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import qdrant_edge as qe
+
 from memory_core.errors import MemorySetNotFound
-from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
+from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope, SearchMode
 
 # Fixed forever: changing it would orphan every stored point.
 _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
 
 ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
 """Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
-NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned")
-"""Numeric payload fields indexed for expiry, LRU and importance ordering (``pinned`` is 0/1)."""
+NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned", "seq")
+"""Numeric payload fields indexed for expiry, LRU, importance and insertion order (``pinned`` is 0/1)."""
+INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq"})
+
+SPARSE_TEXT = "bm25"
+SPARSE_CONTEXT = "bm25_ctx"
+SPARSE_NAMES = (SPARSE_TEXT, SPARSE_CONTEXT)
+PREFETCH = 50
+"""Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """Non-zero dimensions of a sparse vector (BM25 term weights by token id)."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+class Lexical:
+    """BM25 term weights from Qdrant's own BM25 model (``qdrant_edge.Bm25``: English, stemmed, stopwords).
+
+    Documents get BM25 term-frequency weights; queries get 1.0 per token. The engine applies IDF at
+    query time (the ``Idf`` modifier), so nothing here depends on the rest of the corpus.
+    """
+
+    def __init__(self) -> None:
+        self._model = qe.Bm25(qe.Bm25Config())
+        self._lock = threading.Lock()  # the model is shared by the worker's threads
+
+    def document(self, text: str) -> SparseVector:
+        with self._lock:
+            vector = self._model.embed_document(text)
+        return SparseVector(tuple(vector.indices), tuple(vector.values))
+
+    def query(self, text: str) -> SparseVector:
+        with self._lock:
+            vector = self._model.embed_query(text)
+        return SparseVector(tuple(vector.indices), tuple(vector.values))
+
+    def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
+        """The two sparse vectors of an item: its text, and its text after its ``previous`` items'."""
+        plain = self.document(text)
+        context = self.document("\n".join([*previous, text])) if previous else plain
+        return {SPARSE_TEXT: plain, SPARSE_CONTEXT: context}
+
+
+LEXICAL = Lexical()
+"""The process-wide BM25 model."""
+
+
+def item_text(value: object) -> str:
+    """The text an item is indexed by: the value, or ``"role: content"`` for a chat message."""
+    return str(value) if not isinstance(value, dict) else f"{value.get('role', 'user')}: {value.get('content', '')}"
+
+
+def with_context(
+    records: Sequence[ItemRecord], before: Sequence[str], window: int
+) -> list[tuple[ItemRecord, list[str]]]:
+    """Each record (in ``seq`` order) with the texts of the ``window`` items before it.
+
+    ``before`` are the texts of the set's items preceding the first record, oldest first; later records
+    take their context from the records before them in the same batch.
+    """
+    ordered = sorted(records, key=lambda r: r.seq)
+    history = list(before)
+    paired = []
+    for record in ordered:
+        paired.append((record, history[-window:] if window else []))
+        history.append(str(record.item.value))  # a ChatMessage reads "role: content", as item_text gives
+    return paired
+
+
+PREVIOUS_MARGIN = 4096
+"""Nanoseconds added to a ``seq < x`` range filter: seq values (~1.7e18) are beyond float precision, so
+adapters filter loosely on the engine and exactly in Python (qdrant-edge 0.9.0's ``order_by`` with
+``start_from`` applies the limit before the start, so it cannot be used for this)."""
+
+
+def previous_texts(payloads: Sequence[Mapping[str, Any]], before_seq: int, count: int) -> list[str]:
+    """Texts of the ``count`` payloads just before ``before_seq``, oldest first (exact integer comparison)."""
+    earlier = sorted((p for p in payloads if p["seq"] < before_seq), key=lambda p: p["seq"])
+    return [item_text(p["value"]) for p in earlier[-count:]] if count else []
 
 
 def text_hash(value: object) -> str:
@@ -169,8 +259,12 @@ class VectorStore(Protocol):
         """Where the data lives (a directory or a redacted URL), for operators."""
         ...
 
-    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
-        """Writes items; an existing item with the same id is replaced. Durable on return."""
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        """Writes items; an existing item with the same id is replaced. Durable on return.
+
+        ``context_window``: how many of the set's previous items (by ``seq``) go into each item's
+        context vector (``bm25_ctx``); 0 indexes the item's own text there.
+        """
         ...
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
@@ -182,9 +276,20 @@ class VectorStore(Protocol):
         ...
 
     def search(
-        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
     ) -> list[MemorySetItem]:
-        """The ``limit`` items most similar to ``vector`` whose metadata match ``filters``; best first."""
+        """The ``limit`` items most relevant to the query whose metadata match ``filters``; best first.
+
+        ``dense``: nearest to ``vector`` (cosine). ``lexical``: BM25 of ``text`` over the item and its
+        context, fused. ``hybrid``: all three rankers fused by distribution-based score fusion (DBSF).
+        """
         ...
 
     def count(self, scope: Scope) -> int:

@@ -21,20 +21,31 @@ from typing import Any
 import qdrant_edge as qe
 
 from memory_core.errors import StoreError, TransientStoreError
-from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.stores.base import (
+    INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
+    LEXICAL,
     NUMERIC_INDEX_FIELDS,
+    PREFETCH,
+    PREVIOUS_MARGIN,
+    SPARSE_CONTEXT,
+    SPARSE_NAMES,
+    SPARSE_TEXT,
     ItemRecord,
+    SparseVector,
     from_payload,
     in_scope,
     is_visible,
+    item_text,
     point_id,
+    previous_texts,
     set_from_payload,
     set_point_id,
     set_to_payload,
     sort_by_seq,
     to_payload,
+    with_context,
 )
 
 logger = logging.getLogger(__name__)
@@ -90,6 +101,17 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition |
     return conditions
 
 
+def _sparse(vector: SparseVector) -> qe.SparseVector:
+    return qe.SparseVector(list(vector.indices), list(vector.values))
+
+
+def _items_config(dimension: int) -> qe.EdgeConfig:
+    dense = qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)
+    # IDF is applied by the engine at query time, over what the shard holds.
+    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in SPARSE_NAMES}
+    return qe.EdgeConfig(vectors={DENSE: dense}, sparse_vectors=sparse)
+
+
 def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
     path.mkdir(parents=True, exist_ok=True)
     with _translated(f"open of {path}"):
@@ -101,15 +123,17 @@ def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
 class EdgeVectorStore:
     """Items and set definitions in embedded Qdrant Edge shards under ``path``."""
 
-    def __init__(self, path: Path, *, collection: str, dimension: int) -> None:
+    def __init__(self, path: Path, *, collection: str, dimension: int, legacy: str | None = None) -> None:
         self._path = path
         self._write_lock = threading.Lock()
-        dense = qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)
-        self._items = _open_shard(path / collection, qe.EdgeConfig(vectors={DENSE: dense}))
+        fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
+        self._items = _open_shard(path / collection, _items_config(dimension))
         registry_vector = qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)
         self._sets = _open_shard(path / f"{collection}__sets", qe.EdgeConfig(vectors={DENSE: registry_vector}))
         for shard in (self._items, self._sets):
             self._index(shard)
+        if fresh and legacy is not None and (path / legacy).is_dir():
+            self._migrate(path / legacy, dimension)
 
     def _index(self, shard: qe.EdgeShard) -> None:
         existing = shard.info().payload_schema
@@ -120,8 +144,64 @@ class EdgeVectorStore:
                     shard.update(qe.UpdateOperation.create_field_index(field, params))
             for field in NUMERIC_INDEX_FIELDS:
                 if field not in existing:
-                    schema = qe.PayloadSchemaType.Integer if field == "pinned" else qe.PayloadSchemaType.Float
+                    integer = field in INTEGER_INDEX_FIELDS
+                    schema = qe.PayloadSchemaType.Integer if integer else qe.PayloadSchemaType.Float
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
+
+    def _migrate(self, legacy: Path, dimension: int) -> None:
+        """Copies a dense-only store of the previous layout into this one, adding the BM25 vectors.
+
+        The old shards stay where they are (a backup) and are never opened again once this one holds data.
+        """
+        old_config = qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
+        registry = legacy.parent / f"{legacy.name}__sets"
+        old_items = _open_shard(legacy, old_config)
+        try:
+            by_scope: dict[Scope, list[tuple[Any, dict[str, Any], list[float]]]] = {}
+            offset: Any = None
+            while True:
+                request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=True)
+                with _translated("migration scroll"):
+                    records, offset = old_items.scroll(request)
+                for r in records:
+                    dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+                    if r.payload is not None and isinstance(dense, list):
+                        scope = Scope(r.payload["namespace"], r.payload["key"], r.payload["set"])
+                        by_scope.setdefault(scope, []).append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+                if offset is None:
+                    break
+            for points in by_scope.values():
+                points.sort(key=lambda p: p[1]["seq"])
+                texts = [item_text(p[1]["value"]) for p in points]
+                batch = [
+                    qe.Point(pid, {DENSE: dense, **self._sparse_for(texts[i], texts[max(0, i - 2) : i])}, payload)
+                    for i, (pid, payload, dense) in enumerate(points)
+                ]
+                for start in range(0, len(batch), _SCROLL_PAGE):
+                    self._update(
+                        self._items, qe.UpdateOperation.upsert_points(batch[start : start + _SCROLL_PAGE]), "migration"
+                    )
+        finally:
+            old_items.close()
+        if registry.is_dir():
+            old_sets = _open_shard(
+                registry, qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
+            )
+            try:
+                for payload in self._scroll(old_sets, None):
+                    self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
+            finally:
+                old_sets.close()
+        logger.warning(
+            "migrated %d sets from %s to the hybrid layout at %s; the old directory is kept as a backup",
+            len(by_scope),
+            legacy,
+            self._path,
+        )
+
+    @staticmethod
+    def _sparse_for(text: str, previous: list[str]) -> dict[str, Any]:
+        return {name: _sparse(v) for name, v in LEXICAL.item_vectors(text, previous).items()}
 
     @property
     def location(self) -> str:
@@ -131,13 +211,32 @@ class EdgeVectorStore:
         with self._write_lock, _translated(what):
             shard.update(operation)
 
-    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        if not records:
+            return
+        before = self._previous(scope, min(r.seq for r in records), context_window) if context_window else []
         points = [
-            qe.Point(point_id(scope, r.item.id), {DENSE: list(map(float, r.vector))}, to_payload(scope, r))
-            for r in records
+            qe.Point(
+                point_id(scope, r.item.id),
+                {DENSE: list(map(float, r.vector)), **self._sparse_for(str(r.item.value), previous)},
+                to_payload(scope, r),
+            )
+            for r, previous in with_context(records, before, context_window)
         ]
-        if points:
-            self._update(self._items, qe.UpdateOperation.upsert_points(points), "upsert")
+        self._update(self._items, qe.UpdateOperation.upsert_points(points), "upsert")
+
+    def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
+        """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
+        loose = qe.FieldCondition(key="seq", range=qe.RangeFloat(lte=float(before_seq) + PREVIOUS_MARGIN))
+        request = qe.ScrollRequest(
+            limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
+            filter=qe.Filter(must=[*_scope_filter(*scope), loose]),
+            with_payload=True,
+            order_by=qe.OrderBy("seq", direction=qe.Direction.Desc),
+        )
+        with _translated("scroll"):
+            records, _ = self._items.scroll(request)
+        return previous_texts([r.payload for r in records if r.payload is not None], before_seq, count)
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
         ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
@@ -169,18 +268,36 @@ class EdgeVectorStore:
         return sort_by_seq([(p["seq"], from_payload(p)) for p in payloads])
 
     def search(
-        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
     ) -> list[MemorySetItem]:
         must: list[Any] = [*_scope_filter(*scope), *_metadata_conditions(filters)]
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(list(map(float, vector)), using=DENSE),
-            filter=qe.Filter(must=must, must_not=[_expired(time.time())]),
-            with_payload=True,
-        )
+        visible = qe.Filter(must=must, must_not=[_expired(time.time())])
+        dense = qe.Query.Nearest(list(map(float, vector)), using=DENSE)
+        rankers = [dense]
+        if mode == "dense" or not text or not text.strip():
+            request = qe.QueryRequest(limit=limit, query=dense, filter=visible, with_payload=True)
+        else:
+            words = _sparse(LEXICAL.query(text))
+            lexical = [qe.Query.Nearest(words, using=SPARSE_TEXT), qe.Query.Nearest(words, using=SPARSE_CONTEXT)]
+            rankers = [dense, *lexical] if mode == "hybrid" else lexical
+            request = qe.QueryRequest(
+                limit=limit,
+                prefetches=[qe.Prefetch(limit=max(PREFETCH, limit), query=q, filter=visible) for q in rankers],
+                query=qe.Fusion.Dbsf(),  # type: ignore[arg-type]  # the stubs type Fusion's variants as nested classes
+                filter=visible,
+                with_payload=True,
+            )
         with _translated("search"):
             hits = self._items.query(request)
-        return [from_payload(h.payload, score=h.score) for h in hits if h.payload is not None]
+        # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
+        return [from_payload(h.payload, score=min(1.0, h.score / len(rankers))) for h in hits if h.payload is not None]
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):

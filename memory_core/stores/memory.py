@@ -1,4 +1,9 @@
-"""An in-process vector store: exact cosine search over dicts. For unit tests and experiments; not durable."""
+"""An in-process vector store: exact search over dicts. For unit tests and experiments; not durable.
+
+It is the reference double of the engine: dense search is exact cosine, lexical search is
+BM25 with IDF over every point it holds (as the engine's ``Idf`` modifier does over a shard),
+and hybrid search fuses the rankers' top candidates by DBSF, as Qdrant does.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,22 @@ from typing import Any
 
 import numpy as np
 
-from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.stores.base import (
+    LEXICAL,
+    PREFETCH,
+    SPARSE_CONTEXT,
+    SPARSE_TEXT,
     ItemRecord,
+    SparseVector,
     from_payload,
     is_visible,
+    previous_texts,
     set_from_payload,
     set_to_payload,
     sort_by_seq,
     to_payload,
+    with_context,
 )
 
 
@@ -32,6 +44,23 @@ def _matches(metadata: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
         elif not any(_same(actual, e) for e in allowed):
             return False
     return True
+
+
+_SPARSE = "__sparse"  # where this store keeps a point's BM25 vectors (from_payload ignores it)
+
+
+def _dbsf(rankings: list[list[tuple[float, str]]]) -> dict[str, float]:
+    """Distribution-based score fusion: each ranking's scores scaled by mean +/- 3 std to 0..1, then summed."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        if not ranking:
+            continue
+        scores = np.asarray([score for score, _ in ranking], dtype=np.float64)
+        low, high = scores.mean() - 3 * scores.std(), scores.mean() + 3 * scores.std()
+        for score, item_id in ranking:
+            scaled = 0.5 if high == low else min(1.0, max(0.0, (score - low) / (high - low)))
+            fused[item_id] = fused.get(item_id, 0.0) + scaled
+    return fused
 
 
 def _same(actual: object, expected: object) -> bool:
@@ -51,13 +80,18 @@ class InMemoryVectorStore:
     def location(self) -> str:
         return "memory (this process only)"
 
-    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        if not records:
+            return
         with self._lock:
             points = self._items.setdefault(scope, {})
-            for record in records:
+            before = previous_texts([p for p, _ in points.values()], min(r.seq for r in records), context_window)
+            for record, previous in with_context(records, before, context_window):
                 vector = np.asarray(record.vector, dtype=np.float32)
                 norm = float(np.linalg.norm(vector)) or 1.0
-                points[record.item.id] = (to_payload(scope, record), vector / norm)
+                payload = to_payload(scope, record)
+                payload[_SPARSE] = LEXICAL.item_vectors(str(record.item.value), previous)
+                points[record.item.id] = (payload, vector / norm)
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
         now = time.time()
@@ -75,13 +109,45 @@ class InMemoryVectorStore:
         return sort_by_seq([(p["seq"], from_payload(p)) for p, _ in self._visible(scope)])
 
     def search(
-        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
     ) -> list[MemorySetItem]:
         query = np.asarray(vector, dtype=np.float32)
         query = query / (float(np.linalg.norm(query)) or 1.0)
         candidates = [(p, v) for p, v in self._visible(scope) if _matches(p["metadata"], filters)]
-        scored = sorted(((float(v @ query), p) for p, v in candidates), key=lambda sp: -sp[0])
-        return [from_payload(p, score=s) for s, p in scored[:limit]]
+        dense = sorted(((float(v @ query), p["item_id"]) for p, v in candidates), key=lambda si: -si[0])
+        by_id = {p["item_id"]: p for p, _ in candidates}
+        if mode == "dense" or not text or not text.strip():
+            return [from_payload(by_id[i], score=s) for s, i in dense[:limit]]
+        words = LEXICAL.query(text)
+        rankings = [self._bm25(words, [p for p, _ in candidates], name) for name in (SPARSE_TEXT, SPARSE_CONTEXT)]
+        if mode == "hybrid":
+            rankings.insert(0, dense)
+        fused = _dbsf([ranking[: max(PREFETCH, limit)] for ranking in rankings])
+        best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
+        return [from_payload(by_id[i], score=min(1.0, s / len(rankings))) for i, s in best]
+
+    def _bm25(self, words: SparseVector, payloads: list[dict[str, Any]], name: str) -> list[tuple[float, str]]:
+        """BM25 of ``words`` over ``payloads``, with IDF over every point of the store (as the engine does)."""
+        with self._lock:
+            every = [p[_SPARSE][name] for points in self._items.values() for p, _ in points.values()]
+        total = len(every)
+        ranked = []
+        wanted = set(words.indices)
+        frequency = {t: sum(1 for v in every if t in v.indices) for t in wanted}
+        idf = {t: float(np.log(1 + (total - n + 0.5) / (n + 0.5))) for t, n in frequency.items()}
+        for payload in payloads:
+            weights = dict(zip(payload[_SPARSE][name].indices, payload[_SPARSE][name].values, strict=True))
+            score = sum(idf[t] * weights[t] for t in wanted if t in weights)
+            if score > 0:
+                ranked.append((score, payload["item_id"]))
+        return sorted(ranked, key=lambda si: -si[0])
 
     def count(self, scope: Scope) -> int:
         return len(self._visible(scope))

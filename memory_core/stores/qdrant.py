@@ -20,21 +20,30 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memory_core.errors import StoreError, TransientStoreError
-from memory_core.models import MemorySet, MemorySetItem, Scope
+from memory_core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.settings import redact_url
 from memory_core.stores.base import (
+    INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
+    LEXICAL,
     NUMERIC_INDEX_FIELDS,
+    PREFETCH,
+    PREVIOUS_MARGIN,
+    SPARSE_NAMES,
     ItemRecord,
+    SparseVector,
     from_payload,
     in_scope,
     is_visible,
+    item_text,
     point_id,
+    previous_texts,
     set_from_payload,
     set_point_id,
     set_to_payload,
     sort_by_seq,
     to_payload,
+    with_context,
 )
 
 logger = logging.getLogger(__name__)
@@ -55,6 +64,14 @@ def _translated(operation: str) -> Iterator[None]:
         raise error(f"Qdrant {operation} failed with HTTP {exc.status_code}: {exc.reason_phrase}") from exc
     except (ValueError, RuntimeError) as exc:  # local mode raises these for bad requests
         raise StoreError(f"Qdrant {operation} failed: {exc}") from exc
+
+
+def _to_qdrant(vector: SparseVector) -> qm.SparseVector:
+    return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _sparse_for(text: str, previous: list[str]) -> dict[str, qm.SparseVector]:
+    return {name: _to_qdrant(v) for name, v in LEXICAL.item_vectors(text, previous).items()}
 
 
 def _scope_conditions(namespace: str, key: str, set_name: str | None = None) -> list[qm.Condition]:
@@ -90,31 +107,48 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
 class QdrantVectorStore:
     """Items and set definitions in two collections of a Qdrant server (or local mode)."""
 
-    def __init__(self, client: QdrantClient, *, collection: str, dimension: int, location: str) -> None:
+    def __init__(
+        self, client: QdrantClient, *, collection: str, dimension: int, location: str, legacy: str | None = None
+    ) -> None:
         self._client = client
         self._items = collection
         self._sets = f"{collection}__sets"
         self._location = location
         with _translated("collection setup"):
-            self._ensure(self._items, dimension)
-            self._ensure(self._sets, 1)
+            fresh = not self._client.collection_exists(self._items)
+            self._ensure(self._items, dimension, sparse=True)
+            self._ensure(self._sets, 1, sparse=False)
+            if fresh and legacy is not None and self._client.collection_exists(legacy):
+                self._migrate(legacy)
 
     @classmethod
     def connect(
-        cls, url: str, *, api_key: str | None, timeout: float, collection: str, dimension: int
+        cls,
+        url: str,
+        *,
+        api_key: str | None,
+        timeout: float,
+        collection: str,
+        dimension: int,
+        legacy: str | None = None,
     ) -> QdrantVectorStore:
         """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
         if url.startswith(("http://", "https://")):
             client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
         else:
             client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
-        return cls(client, collection=collection, dimension=dimension, location=redact_url(url))
+        return cls(client, collection=collection, dimension=dimension, location=redact_url(url), legacy=legacy)
 
-    def _ensure(self, name: str, dimension: int) -> None:
+    def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
         if not self._client.collection_exists(name):
             distance = qm.Distance.COSINE if dimension > 1 else qm.Distance.DOT
             self._client.create_collection(
-                name, vectors_config={DENSE: qm.VectorParams(size=dimension, distance=distance)}
+                name,
+                vectors_config={DENSE: qm.VectorParams(size=dimension, distance=distance)},
+                # IDF is applied by the server at query time, over the collection.
+                sparse_vectors_config={n: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for n in SPARSE_NAMES}
+                if sparse
+                else None,
             )
         for field in ITEM_INDEX_FIELDS:
             self._client.create_payload_index(
@@ -123,23 +157,79 @@ class QdrantVectorStore:
                 field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=field == "namespace"),
             )
         for field in NUMERIC_INDEX_FIELDS:
-            schema = qm.PayloadSchemaType.INTEGER if field == "pinned" else qm.PayloadSchemaType.FLOAT
+            integer = field in INTEGER_INDEX_FIELDS
+            schema = qm.PayloadSchemaType.INTEGER if integer else qm.PayloadSchemaType.FLOAT
             self._client.create_payload_index(name, field_name=field, field_schema=schema)
+
+    def _migrate(self, legacy: str) -> None:
+        """Copies a dense-only collection of the previous layout into this one, adding the BM25 vectors.
+
+        The old collections are left as they are (a backup); drop them once the new ones are checked.
+        """
+        by_scope: dict[Scope, list[tuple[qm.ExtendedPointId, dict[str, Any], list[float]]]] = {}
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            records, offset = self._client.scroll(
+                legacy, limit=_SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=True
+            )
+            for r in records:
+                dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+                if r.payload is not None and isinstance(dense, list):
+                    scope = Scope(r.payload["namespace"], r.payload["key"], r.payload["set"])
+                    by_scope.setdefault(scope, []).append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+            if offset is None:
+                break
+        for points in by_scope.values():
+            points.sort(key=lambda p: p[1]["seq"])
+            texts = [item_text(p[1]["value"]) for p in points]
+            structs = [
+                qm.PointStruct(
+                    id=pid, vector={DENSE: dense, **_sparse_for(texts[i], texts[max(0, i - 2) : i])}, payload=payload
+                )
+                for i, (pid, payload, dense) in enumerate(points)
+            ]
+            for start in range(0, len(structs), _SCROLL_PAGE):
+                self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
+        if self._client.collection_exists(f"{legacy}__sets"):
+            records, _ = self._client.scroll(f"{legacy}__sets", limit=100_000, with_payload=True)
+            for r in records:
+                if r.payload:
+                    self.put_set(r.payload["namespace"], r.payload["key"], set_from_payload(r.payload))
+        logger.warning(
+            "migrated %d sets from collection %s to the hybrid layout %s", len(by_scope), legacy, self._items
+        )
 
     @property
     def location(self) -> str:
         return self._location
 
-    def upsert(self, scope: Scope, records: Sequence[ItemRecord]) -> None:
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        if not records:
+            return
+        before = self._previous(scope, min(r.seq for r in records), context_window) if context_window else []
         points = [
             qm.PointStruct(
-                id=point_id(scope, r.item.id), vector={DENSE: list(map(float, r.vector))}, payload=to_payload(scope, r)
+                id=point_id(scope, r.item.id),
+                vector={DENSE: list(map(float, r.vector)), **_sparse_for(str(r.item.value), previous)},
+                payload=to_payload(scope, r),
             )
-            for r in records
+            for r, previous in with_context(records, before, context_window)
         ]
-        if points:
-            with _translated("upsert"):
-                self._client.upsert(self._items, points=points, wait=True)
+        with _translated("upsert"):
+            self._client.upsert(self._items, points=points, wait=True)
+
+    def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
+        """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
+        loose = qm.FieldCondition(key="seq", range=qm.Range(lte=float(before_seq) + PREVIOUS_MARGIN))
+        with _translated("scroll"):
+            records, _ = self._client.scroll(
+                self._items,
+                scroll_filter=qm.Filter(must=[*_scope_conditions(*scope), loose]),
+                limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
+                with_payload=True,
+                order_by=qm.OrderBy(key="seq", direction=qm.Direction.DESC),
+            )
+        return previous_texts([r.payload for r in records if r.payload], before_seq, count)
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
         ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
@@ -200,21 +290,46 @@ class QdrantVectorStore:
                 return sort_by_seq(pairs)
 
     def search(
-        self, scope: Scope, vector: Sequence[float], limit: int, filters: Mapping[str, Any]
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
     ) -> list[MemorySetItem]:
         query_filter = qm.Filter(
             must=[*_scope_conditions(*scope), *_metadata_conditions(filters)], must_not=[_expired(time.time())]
         )
+        dense = list(map(float, vector))
+        rankers = 1
         with _translated("search"):
-            response = self._client.query_points(
-                self._items,
-                query=list(map(float, vector)),
-                using=DENSE,
-                query_filter=query_filter,
-                limit=limit,
-                with_payload=True,
-            )
-        return [from_payload(p.payload, score=p.score) for p in response.points if p.payload is not None]
+            if mode == "dense" or not text or not text.strip():
+                response = self._client.query_points(
+                    self._items, query=dense, using=DENSE, query_filter=query_filter, limit=limit, with_payload=True
+                )
+            else:
+                words = _to_qdrant(LEXICAL.query(text))
+                depth = max(PREFETCH, limit)
+                prefetch = [
+                    qm.Prefetch(query=words, using=name, filter=query_filter, limit=depth) for name in SPARSE_NAMES
+                ]
+                if mode == "hybrid":
+                    prefetch.insert(0, qm.Prefetch(query=dense, using=DENSE, filter=query_filter, limit=depth))
+                rankers = len(prefetch)
+                response = self._client.query_points(
+                    self._items,
+                    prefetch=prefetch,
+                    query=qm.FusionQuery(fusion=qm.Fusion.DBSF),
+                    query_filter=query_filter,
+                    limit=limit,
+                    with_payload=True,
+                )
+        # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
+        return [
+            from_payload(p.payload, score=min(1.0, p.score / rankers)) for p in response.points if p.payload is not None
+        ]
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):

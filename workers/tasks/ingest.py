@@ -24,8 +24,8 @@ def delete_set(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
 
 @shared_task(name=routing.ADD, bind=True, base=MemoryTask)
 def add(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
-    """Embed and upsert items (idempotent)."""
-    return self.services.memory.add(request).model_dump(mode="json")
+    """Embed and upsert items (idempotent), embedded together with other adds in flight."""
+    return self.services.add(request).model_dump(mode="json")
 
 
 @shared_task(name=routing.FORGET, bind=True, base=MemoryTask)

@@ -68,8 +68,8 @@ def _record(item_id: str, text: str, seq: int, **extra: object) -> ItemRecord:
         "memory_set_name": "notes",
         "id": item_id,
         "value": text,
-        "created_time": T0 + timedelta(seconds=seq),
-        "last_accessed_time": T0 + timedelta(seconds=seq),
+        "created_time": T0 + timedelta(seconds=seq % 100_000),
+        "last_accessed_time": T0 + timedelta(seconds=seq % 100_000),
     }
     fields.update(extra)
     item = MemorySetItem.model_validate(fields)
@@ -250,3 +250,155 @@ def test_forget_removes_a_key_or_a_whole_namespace_and_nothing_else(store: Vecto
     assert store.forget("ns", None) == (1, ["key2:notes"])
     assert store.count(keep) == 1
     assert store.get_set("other", "key", "notes") is not None
+
+
+# -- lexical and hybrid search ------------------------------------------------------------
+
+BIG_SEQ = 1_763_866_000_123_456_789  # a real nanosecond seq: beyond float precision, as in production
+
+
+def _talk(store: VectorStore, scope: Scope, lines: list[str], first_seq: int, window: int) -> None:
+    records = [_record(f"t{first_seq + i}", line, first_seq + i) for i, line in enumerate(lines)]
+    store.upsert(scope, records, context_window=window)
+
+
+def test_lexical_search_finds_a_rare_word_and_hybrid_keeps_it_first(store: VectorStore):
+    filler = [f"an ordinary note about the weather on day {i}" for i in range(20)]
+    store.upsert(SCOPE, [_record(f"f{i}", text, i) for i, text in enumerate(filler)])
+    store.upsert(SCOPE, [_record("code", "the locker code is QZ4471 for the gym", 100)])
+    vector = EMBEDDER.embed(["QZ4471"])[0]
+    for mode in ("lexical", "hybrid"):
+        hits = store.search(SCOPE, vector, 5, {}, text="what is QZ4471?", mode=mode)
+        assert hits[0].id == "code", mode
+        assert [h.score for h in hits] == sorted((h.score or 0.0 for h in hits), reverse=True)
+        assert all(h.score is not None and 0.0 <= h.score <= 1.0 for h in hits)  # the rankers' mean, 0..1
+    dense = store.search(SCOPE, vector, 5, {})  # dense mode ignores the words
+    assert all(h.score is not None and -1.0 <= h.score <= 1.0 for h in dense)
+
+
+def test_the_context_window_finds_an_answer_by_the_words_of_its_question(store: VectorStore):
+    lines = ["Ana: which colour do you prefer for the kitchen walls?", "Bo: sage green, definitely"]
+    with_context, alone = Scope("ns", "key", "ctx"), Scope("ns", "key", "alone")
+    _talk(store, with_context, lines, BIG_SEQ, window=1)
+    _talk(store, alone, lines, BIG_SEQ, window=0)
+    query = EMBEDDER.embed(["kitchen walls colour"])[0]
+    found = {h.id for h in store.search(with_context, query, 5, {}, text="kitchen walls colour", mode="lexical")}
+    assert found == {f"t{BIG_SEQ}", f"t{BIG_SEQ + 1}"}  # the answer is found by its question's words
+    found = {h.id for h in store.search(alone, query, 5, {}, text="kitchen walls colour", mode="lexical")}
+    assert found == {f"t{BIG_SEQ}"}  # without context only the question matches
+
+
+def test_context_reaches_back_across_writes_in_seq_order_exactly(store: VectorStore):
+    scope = Scope("ns", "key", "later")
+    store.upsert(scope, [_record("question", "Ana: where did you park the bicycle?", BIG_SEQ)])
+    store.upsert(scope, [_record("aside", "Bo: unrelated remark about lunch", BIG_SEQ + 2)])
+    # Written later with a seq between the two, 1 ns from each: beyond float precision, so only an exact
+    # integer comparison gives it the question (and not the aside) as its context.
+    store.upsert(scope, [_record("answer", "Bo: behind the library", BIG_SEQ + 1)], context_window=1)
+    store.upsert(scope, [_record("after", "Bo: next to the red door", BIG_SEQ + 3)], context_window=1)
+    query = EMBEDDER.embed(["bicycle"])[0]
+    assert {h.id for h in store.search(scope, query, 5, {}, text="bicycle parked", mode="lexical")} == {
+        "question",
+        "answer",
+    }
+    assert {h.id for h in store.search(scope, query, 5, {}, text="lunch remark", mode="lexical")} == {"aside", "after"}
+
+
+def test_lexical_and_hybrid_search_keep_scope_filters_and_expiry(store: VectorStore):
+    other = Scope("other-ns", "key", "notes")
+    store.upsert(SCOPE, [_record("mine", "zebra crossing near the school", 1, additional_metadata={"kind": "a"})])
+    store.upsert(SCOPE, [_record("filtered", "zebra crossing again", 2, additional_metadata={"kind": "b"})])
+    expired = T0 - timedelta(days=1)
+    store.upsert(SCOPE, [_record("gone", "zebra crossing expired", 3, expires_at=expired)])
+    store.upsert(other, [_record("theirs", "zebra crossing of another tenant", 1)])
+    vector = EMBEDDER.embed(["zebra"])[0]
+    for mode in ("lexical", "hybrid"):
+        assert [h.id for h in store.search(SCOPE, vector, 10, {"kind": "a"}, text="zebra", mode=mode)] == ["mine"]
+        assert {h.id for h in store.search(SCOPE, vector, 10, {}, text="zebra", mode=mode)} == {"mine", "filtered"}
+
+
+# -- migration from the dense-only layout -----------------------------------------------------
+
+
+def _legacy_points(scope: Scope) -> list[tuple[str, list[float], dict[str, object]]]:
+    from memory_core.stores.base import point_id, to_payload
+
+    lines = ["Ana: which colour do you prefer for the kitchen walls?", "Bo: sage green, definitely"]
+    records = [_record(f"t{i}", line, BIG_SEQ + i) for i, line in enumerate(lines)]
+    return [(point_id(scope, r.item.id), list(map(float, r.vector)), to_payload(scope, r)) for r in records]
+
+
+def _check_migrated(store: VectorStore) -> None:
+    scope = Scope("ns", "key", "chat")
+    assert [i.id for i in store.list_items(scope)] == ["t0", "t1"]
+    assert store.get_set("ns", "key", "chat") == MemorySet(name="chat")
+    query = EMBEDDER.embed(["kitchen walls"])[0]
+    # Migrated items get both BM25 vectors, the context one with the items before them.
+    assert {h.id for h in store.search(scope, query, 5, {}, text="kitchen walls", mode="lexical")} == {"t0", "t1"}
+
+
+def test_the_embedded_engine_migrates_a_dense_only_store_and_keeps_it(tmp_path: Path):
+    import qdrant_edge as qe
+
+    from memory_core.stores.base import set_point_id, set_to_payload
+
+    scope = Scope("ns", "key", "chat")
+    old = tmp_path / "old"
+    old.mkdir()
+    dense = qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=EMBEDDER.dimension, distance=qe.Distance.Cosine)})
+    shard = qe.EdgeShard.create(str(old), dense)
+    shard.update(
+        qe.UpdateOperation.upsert_points([qe.Point(pid, {"dense": v}, p) for pid, v, p in _legacy_points(scope)])
+    )
+    shard.close()
+    registry = tmp_path / "old__sets"
+    registry.mkdir()
+    sets = qe.EdgeShard.create(
+        str(registry), qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
+    )
+    definition = set_to_payload("ns", "key", MemorySet(name="chat"))
+    sets.update(
+        qe.UpdateOperation.upsert_points([qe.Point(set_point_id("ns", "key", "chat"), {"dense": [1.0]}, definition)])
+    )
+    sets.close()
+
+    store = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, legacy="old")
+    try:
+        _check_migrated(store)
+    finally:
+        store.close()
+    assert any(old.iterdir())  # the old layout is kept as a backup
+    reopened = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, legacy="old")
+    try:  # opening again does not migrate twice
+        assert [i.id for i in reopened.list_items(scope)] == ["t0", "t1"]
+    finally:
+        reopened.close()
+
+
+def test_the_server_adapter_migrates_a_dense_only_collection():
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+
+    from memory_core.stores.base import set_point_id, set_to_payload
+
+    client = QdrantClient(location=":memory:")
+    client.create_collection(
+        "old", vectors_config={"dense": qm.VectorParams(size=EMBEDDER.dimension, distance=qm.Distance.COSINE)}
+    )
+    points = [
+        qm.PointStruct(id=pid, vector={"dense": v}, payload=p)
+        for pid, v, p in _legacy_points(Scope("ns", "key", "chat"))
+    ]
+    client.upsert("old", points=points, wait=True)
+    client.create_collection("old__sets", vectors_config={"dense": qm.VectorParams(size=1, distance=qm.Distance.DOT)})
+    definition = set_to_payload("ns", "key", MemorySet(name="chat"))
+    client.upsert(
+        "old__sets",
+        points=[qm.PointStruct(id=set_point_id("ns", "key", "chat"), vector={"dense": [1.0]}, payload=definition)],
+    )
+    store = QdrantVectorStore(client, collection="new", dimension=EMBEDDER.dimension, location=":memory:", legacy="old")
+    try:
+        _check_migrated(store)
+        assert client.collection_exists("old")
+    finally:
+        store.close()

@@ -1,0 +1,190 @@
+"""Retrieval quality through the product's own path: load a dataset with the client, search every query.
+
+    ops/eval [DATA_DIR] [--json FILE]
+
+DATA_DIR holds ``items.jsonl`` and ``queries.jsonl`` in the LoCoMo-dev schema (see
+``../shared/data/locomo-dev/README.md``): items have ``conv_id``, ``item_id``, ``text`` and
+``metadata.session``/``turn_index``; queries have ``conv_id``, ``question``, ``evidence_item_ids`` and
+``category``. Without DATA_DIR it uses ``../shared/data/locomo-dev`` beside the project, and exits 0 with
+a note when that is absent.
+
+Each conversation becomes a key of the namespace ``eval``; its turns are added in order, through the
+queue and a worker, into three text sets that differ only in ``context_window`` (2, the default; 1; 0),
+so the context ablation is measured in the same run. Every query then runs through ``search`` in each
+mode. R@k is the share of a query's evidence turns found in the top k (averaged over queries); MRR uses
+the rank of the first evidence turn. Categories 1-4 are the headline; category 5 is reported apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from stack import ROOT, clear_prefix, isolated_env, redis_server, worker
+
+from memory_core import MemoryClient, load_settings
+from memory_core.models import MemorySet
+
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev"
+NAMESPACE = "eval"
+WINDOWS = (2, 1, 0)  # 2 is the product default
+KS = (1, 5, 10)
+# (label, set context window, search mode); the first is the product default.
+RUNS = [
+    ("hybrid (default)", 2, "hybrid"),
+    ("hybrid, context 1", 1, "hybrid"),
+    ("hybrid, no context", 0, "hybrid"),
+    ("lexical (BM25 + context)", 2, "lexical"),
+    ("lexical, no context", 0, "lexical"),
+    ("dense (MiniLM)", 0, "dense"),
+]
+BASELINES = [  # from the issue: exact cosine MiniLM, BM25, and their RRF, categories 1-4
+    ("baseline: dense MiniLM, exact cosine", 0.185, 0.416, 0.508, 0.334),
+    ("baseline: BM25", 0.259, 0.451, 0.526, 0.383),
+    ("baseline: dense + BM25, RRF", 0.249, 0.473, 0.571, 0.403),
+]
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _key(conv_id: str) -> str:
+    return "".join(c if c.isalnum() or c in "_.-" else "_" for c in conv_id)[:128] or "conv"
+
+
+def _load(client: MemoryClient, items: list[dict[str, Any]]) -> dict[tuple[str, int], MemorySet]:
+    """Adds every turn, in conversation order, to one set per context window; returns the sets by conversation."""
+    by_conv: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in items:
+        by_conv[item["conv_id"]].append(item)
+    sets: dict[tuple[str, int], MemorySet] = {}
+    for conv_id, turns in by_conv.items():
+        turns.sort(key=lambda t: (t.get("metadata", {}).get("session", 0), t.get("metadata", {}).get("turn_index", 0)))
+        ltm = client.long_term(NAMESPACE, _key(conv_id))
+        for window in WINDOWS:
+            memory_set = ltm.get_or_create_memory_set(
+                f"turns-w{window}", capacity=1_000_000, dedup="none", context_window=window
+            )
+            sets[(conv_id, window)] = memory_set
+            receipts = []
+            for start in range(0, len(turns), 200):
+                batch = turns[start : start + 200]
+                metadatas = [
+                    {"session": t.get("metadata", {}).get("session", 0), "speaker": str(t.get("speaker", ""))}
+                    for t in batch
+                ]
+                receipts.append(
+                    ltm.submit(
+                        memory_set, [t["text"] for t in batch], ids=[t["item_id"] for t in batch], metadatas=metadatas
+                    )
+                )
+            for receipt in receipts:
+                receipt.wait(timeout=600)
+    return sets
+
+
+class _Score:
+    def __init__(self) -> None:
+        self.recall = dict.fromkeys(KS, 0.0)
+        self.mrr = 0.0
+        self.count = 0
+
+    def add(self, ranked: list[str], evidence: set[str]) -> None:
+        for k in KS:
+            self.recall[k] += len(set(ranked[:k]) & evidence) / len(evidence)
+        first = next((i for i, item_id in enumerate(ranked) if item_id in evidence), None)
+        self.mrr += 0.0 if first is None else 1.0 / (first + 1)
+        self.count += 1
+
+    def row(self) -> dict[str, float]:
+        n = max(self.count, 1)
+        return {**{f"R@{k}": self.recall[k] / n for k in KS}, "MRR": self.mrr / n, "n": self.count}
+
+
+def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, Any]]) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    for label, window, mode in RUNS:
+        main, by_category, cat5 = _Score(), defaultdict(_Score), _Score()
+        latencies = []
+        for query in queries:
+            memory_set = sets.get((query["conv_id"], window))
+            evidence = set(query.get("evidence_item_ids") or [])
+            if memory_set is None or not evidence:
+                continue
+            started = time.perf_counter()
+            hits = memory_set.search(query["question"], limit=max(KS), mode=mode)
+            latencies.append((time.perf_counter() - started) * 1000)
+            ranked = [hit.id for hit in hits]
+            category = int(query.get("category", 0))
+            if category == 5:
+                cat5.add(ranked, evidence)
+            else:
+                main.add(ranked, evidence)
+                by_category[category].add(ranked, evidence)
+        results[label] = {
+            "categories 1-4": main.row(),
+            "per category": {str(c): s.row() for c, s in sorted(by_category.items())},
+            "category 5": cat5.row(),
+            "search p50 ms": statistics.median(latencies) if latencies else 0.0,
+        }
+    return results
+
+
+def _print(results: dict[str, Any], data: Path, load_s: float, query_s: float, items: int, queries: int) -> None:
+    print(f"\nmemory-core eval: {data} ({items} items, {queries} queries), loaded in {load_s:.1f} s, "
+          f"queries in {query_s:.1f} s\n")  # fmt: skip
+    cats = sorted({c for r in results.values() for c in r["per category"]})
+    head = "| run (categories 1-4) | R@1 | R@5 | R@10 | MRR | " + " | ".join(f"R@10 cat {c}" for c in cats)
+    print(head + " | cat 5 R@10 | search p50 |")
+    print("|" + "---|" * (head.count("|") + 1))
+    for label, r in results.items():
+        m = r["categories 1-4"]
+        per = " | ".join(f"{r['per category'].get(c, {}).get('R@10', 0.0):.3f}" for c in cats)
+        print(
+            f"| {label} | {m['R@1']:.3f} | {m['R@5']:.3f} | {m['R@10']:.3f} | {m['MRR']:.3f} | {per} | "
+            f"{r['category 5']['R@10']:.3f} | {r['search p50 ms']:.1f} ms |"
+        )
+    if data.resolve() == DEFAULT_DATA.resolve():
+        for label, *numbers in BASELINES:
+            print(f"| {label} | " + " | ".join(f"{n:.3f}" for n in numbers) + " |" + " |" * (len(cats) + 2))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="ops/eval", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("data", nargs="?", type=Path, help="a folder with items.jsonl and queries.jsonl")
+    parser.add_argument("--json", type=Path, help="also write the results here as JSON")
+    args = parser.parse_args(argv)
+    data: Path = args.data or DEFAULT_DATA
+    if not (data / "items.jsonl").is_file() or not (data / "queries.jsonl").is_file():
+        if args.data is None:
+            print(f"ops/eval: skipped: no data folder given and {DEFAULT_DATA} is absent")
+            return 0
+        print(f"ops/eval: {data} must hold items.jsonl and queries.jsonl", file=sys.stderr)
+        return 2
+    items, queries = _read(data / "items.jsonl"), _read(data / "queries.jsonl")
+    env = isolated_env("eval")
+    settings = load_settings()
+    with redis_server(settings.redis.url), worker(env, name="eval-worker"), MemoryClient(settings) as client:
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
+        started = time.perf_counter()
+        sets = _load(client, items)
+        load_s = time.perf_counter() - started
+        started = time.perf_counter()
+        results = _evaluate(sets, queries)
+        query_s = time.perf_counter() - started
+    _print(results, data, load_s, query_s, len(items), len(queries))
+    if args.json:
+        args.json.write_text(json.dumps({"data": str(data), "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
