@@ -184,7 +184,7 @@ def _big_store(path: Path, count: int) -> float:
     store = EdgeVectorStore(path, collection=collection_name(settings, MODEL_NAME), dimension=DIMENSION)
     started = time.perf_counter()
     try:
-        store.put_set("bench", "big", MemorySet(name="notes", capacity=10_000_000))
+        store.put_set("bench", "big", MemorySet(name="notes", capacity=1_000_000))
         rng = np.random.default_rng(3)
         texts = corpus(count, seed=3)
         now = datetime.now(UTC)

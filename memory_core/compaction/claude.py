@@ -30,18 +30,32 @@ from memory_core.settings import AnthropicSettings
 logger = logging.getLogger(__name__)
 
 
+def anthropic_client(settings: AnthropicSettings, user: str) -> anthropic.Anthropic:
+    """The SDK client for ``user`` (a class name, for the error), with the key handed over, never logged."""
+    if settings.api_key is None:
+        raise ConfigurationError(f"{user} needs MEMORY_ANTHROPIC__API_KEY")
+    return anthropic.Anthropic(
+        api_key=settings.api_key.get_secret_value(),
+        base_url=settings.base_url,
+        timeout=settings.timeout,
+        max_retries=settings.max_retries,
+    )
+
+
+def forced_tool_input(content: Sequence[Any], name: str) -> dict[str, Any]:
+    """The input of the ``name`` tool call in a reply; ``SummarizerError`` when the model did not call it."""
+    for block in content:
+        is_call = getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == name
+        if is_call and isinstance(block.input, dict):
+            return block.input
+    raise SummarizerError(f"Claude did not call {name}; got blocks {[getattr(b, 'type', '?') for b in content]}")
+
+
 class ClaudeSummarizer:
     """Summarizes through the Messages API with forced tool use (structured output)."""
 
     def __init__(self, settings: AnthropicSettings, *, max_output_tokens: int = 4096) -> None:
-        if settings.api_key is None:
-            raise ConfigurationError("ClaudeSummarizer needs MEMORY_ANTHROPIC__API_KEY")
-        self._client = anthropic.Anthropic(
-            api_key=settings.api_key.get_secret_value(),
-            base_url=settings.base_url,
-            timeout=settings.timeout,
-            max_retries=settings.max_retries,
-        )
+        self._client = anthropic_client(settings, "ClaudeSummarizer")
         self._max_output_tokens = max_output_tokens
 
     def summarize(self, items: Sequence[str | ChatMessage], config: CompactionConfig) -> Summary:
@@ -63,18 +77,9 @@ class ClaudeSummarizer:
             )
         except (anthropic.AnthropicError, ValueError) as exc:  # ValueError: the SDK lets a non-JSON body through
             raise SummarizerError(f"Claude ({config.model}) failed: {type(exc).__name__}: {exc}") from exc
-        tool_input = _tool_input(response.content)
+        tool_input = forced_tool_input(response.content, TOOL_NAME)
         topics = validate_topics(tool_input.get("topics"), len(items), config.limit)
         usage = response.usage
         return Summary(
             topics=topics, model=config.model, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
         )
-
-
-def _tool_input(content: Sequence[Any]) -> dict[str, Any]:
-    for block in content:
-        if getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == TOOL_NAME:
-            value = block.input
-            if isinstance(value, dict):
-                return value
-    raise SummarizerError(f"Claude did not call {TOOL_NAME}; got blocks {[getattr(b, 'type', '?') for b in content]}")

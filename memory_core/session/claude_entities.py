@@ -10,13 +10,13 @@ and the stored summaries stay as they were.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import anthropic
 from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
 
+from memory_core.compaction.claude import anthropic_client, forced_tool_input
 from memory_core.compaction.summarizer import data_line
-from memory_core.errors import ConfigurationError, SummarizerError
+from memory_core.errors import SummarizerError
 from memory_core.models import ChatMessage
 from memory_core.session.strategies import mentions
 from memory_core.settings import AnthropicSettings
@@ -87,14 +87,7 @@ class ClaudeEntityExtractor:
     """Entities and their updated summaries from Claude (forced tool use)."""
 
     def __init__(self, settings: AnthropicSettings, *, model: str, max_output_tokens: int = 2048) -> None:
-        if settings.api_key is None:
-            raise ConfigurationError("ClaudeEntityExtractor needs MEMORY_ANTHROPIC__API_KEY")
-        self._client = anthropic.Anthropic(
-            api_key=settings.api_key.get_secret_value(),
-            base_url=settings.base_url,
-            timeout=settings.timeout,
-            max_retries=settings.max_retries,
-        )
+        self._client = anthropic_client(settings, "ClaudeEntityExtractor")
         self.model = model
         self._max_output_tokens = max_output_tokens
 
@@ -113,12 +106,4 @@ class ClaudeEntityExtractor:
             )
         except (anthropic.AnthropicError, ValueError) as exc:
             raise SummarizerError(f"Claude ({self.model}) failed: {type(exc).__name__}: {exc}") from exc
-        return validate_entities(_tool_input(response.content).get("entities"))
-
-
-def _tool_input(content: Sequence[Any]) -> dict[str, Any]:
-    for block in content:
-        is_ours = getattr(block, "type", None) == "tool_use" and getattr(block, "name", None) == TOOL_NAME
-        if is_ours and isinstance(block.input, dict):
-            return block.input
-    raise SummarizerError(f"Claude did not call {TOOL_NAME}; got blocks {[getattr(b, 'type', '?') for b in content]}")
+        return validate_entities(forced_tool_input(response.content, TOOL_NAME).get("entities"))

@@ -111,6 +111,27 @@ def with_context(
     return paired
 
 
+def migrated_vectors(
+    points: Sequence[tuple[Any, dict[str, Any], list[float]]],
+) -> list[tuple[Any, dict[str, Any], list[float], dict[str, SparseVector]]]:
+    """Points of the dense-only layout ``(id, payload, dense)`` with their BM25 vectors added.
+
+    Each set's points are taken in ``seq`` order, and each item's context is the two items before it
+    (the default ``context_window``), as if the set had been written with the hybrid layout.
+    """
+    by_scope: dict[tuple[str, str, str], list[tuple[Any, dict[str, Any], list[float]]]] = {}
+    for point in points:
+        payload = point[1]
+        by_scope.setdefault((payload["namespace"], payload["key"], payload["set"]), []).append(point)
+    migrated = []
+    for scoped in by_scope.values():
+        scoped.sort(key=lambda p: p[1]["seq"])
+        texts = [item_text(p[1]["value"]) for p in scoped]
+        for i, (pid, payload, dense) in enumerate(scoped):
+            migrated.append((pid, payload, dense, LEXICAL.item_vectors(texts[i], texts[max(0, i - 2) : i])))
+    return migrated
+
+
 PREVIOUS_MARGIN = 4096
 """Nanoseconds added to a ``seq < x`` range filter: seq values (~1.7e18) are beyond float precision, so
 adapters filter loosely on the engine and exactly in Python (qdrant-edge 0.9.0's ``order_by`` with

@@ -37,7 +37,7 @@ from memory_core.stores.base import (
     from_payload,
     in_scope,
     is_visible,
-    item_text,
+    migrated_vectors,
     point_id,
     previous_texts,
     set_from_payload,
@@ -157,7 +157,7 @@ class EdgeVectorStore:
         registry = legacy.parent / f"{legacy.name}__sets"
         old_items = _open_shard(legacy, old_config)
         try:
-            by_scope: dict[Scope, list[tuple[Any, dict[str, Any], list[float]]]] = {}
+            old_points: list[tuple[Any, dict[str, Any], list[float]]] = []
             offset: Any = None
             while True:
                 request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=True)
@@ -166,21 +166,16 @@ class EdgeVectorStore:
                 for r in records:
                     dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
                     if r.payload is not None and isinstance(dense, list):
-                        scope = Scope(r.payload["namespace"], r.payload["key"], r.payload["set"])
-                        by_scope.setdefault(scope, []).append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+                        old_points.append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
                 if offset is None:
                     break
-            for points in by_scope.values():
-                points.sort(key=lambda p: p[1]["seq"])
-                texts = [item_text(p[1]["value"]) for p in points]
-                batch = [
-                    qe.Point(pid, {DENSE: dense, **self._sparse_for(texts[i], texts[max(0, i - 2) : i])}, payload)
-                    for i, (pid, payload, dense) in enumerate(points)
-                ]
-                for start in range(0, len(batch), _SCROLL_PAGE):
-                    self._update(
-                        self._items, qe.UpdateOperation.upsert_points(batch[start : start + _SCROLL_PAGE]), "migration"
-                    )
+            batch = [
+                qe.Point(pid, {DENSE: dense, **{n: _sparse(v) for n, v in sparse.items()}}, payload)
+                for pid, payload, dense, sparse in migrated_vectors(old_points)
+            ]
+            for start in range(0, len(batch), _SCROLL_PAGE):
+                chunk = qe.UpdateOperation.upsert_points(batch[start : start + _SCROLL_PAGE])
+                self._update(self._items, chunk, "migration")
         finally:
             old_items.close()
         if registry.is_dir():
@@ -193,8 +188,8 @@ class EdgeVectorStore:
             finally:
                 old_sets.close()
         logger.warning(
-            "migrated %d sets from %s to the hybrid layout at %s; the old directory is kept as a backup",
-            len(by_scope),
+            "migrated %d items from %s to the hybrid layout at %s; the old directory is kept as a backup",
+            len(batch),
             legacy,
             self._path,
         )

@@ -35,7 +35,7 @@ from memory_core.stores.base import (
     from_payload,
     in_scope,
     is_visible,
-    item_text,
+    migrated_vectors,
     point_id,
     previous_texts,
     set_from_payload,
@@ -166,7 +166,7 @@ class QdrantVectorStore:
 
         The old collections are left as they are (a backup); drop them once the new ones are checked.
         """
-        by_scope: dict[Scope, list[tuple[qm.ExtendedPointId, dict[str, Any], list[float]]]] = {}
+        old_points: list[tuple[Any, dict[str, Any], list[float]]] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = self._client.scroll(
@@ -175,28 +175,24 @@ class QdrantVectorStore:
             for r in records:
                 dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
                 if r.payload is not None and isinstance(dense, list):
-                    scope = Scope(r.payload["namespace"], r.payload["key"], r.payload["set"])
-                    by_scope.setdefault(scope, []).append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+                    old_points.append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
             if offset is None:
                 break
-        for points in by_scope.values():
-            points.sort(key=lambda p: p[1]["seq"])
-            texts = [item_text(p[1]["value"]) for p in points]
-            structs = [
-                qm.PointStruct(
-                    id=pid, vector={DENSE: dense, **_sparse_for(texts[i], texts[max(0, i - 2) : i])}, payload=payload
-                )
-                for i, (pid, payload, dense) in enumerate(points)
-            ]
-            for start in range(0, len(structs), _SCROLL_PAGE):
-                self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
+        structs = [
+            qm.PointStruct(
+                id=pid, vector={DENSE: dense, **{n: _to_qdrant(v) for n, v in sparse.items()}}, payload=payload
+            )
+            for pid, payload, dense, sparse in migrated_vectors(old_points)
+        ]
+        for start in range(0, len(structs), _SCROLL_PAGE):
+            self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
         if self._client.collection_exists(f"{legacy}__sets"):
             records, _ = self._client.scroll(f"{legacy}__sets", limit=100_000, with_payload=True)
             for r in records:
                 if r.payload:
                     self.put_set(r.payload["namespace"], r.payload["key"], set_from_payload(r.payload))
         logger.warning(
-            "migrated %d sets from collection %s to the hybrid layout %s", len(by_scope), legacy, self._items
+            "migrated %d items from collection %s to the hybrid layout %s", len(structs), legacy, self._items
         )
 
     @property
