@@ -14,6 +14,7 @@ BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "ttl-sweep": {"task": "memory.ttl_sweep", "schedule": 60.0, "options": {"queue": "memory.maintenance"}},
     "flush-access": {"task": "memory.flush_access", "schedule": 30.0, "options": {"queue": "memory.maintenance"}},
     "evict": {"task": "memory.evict", "schedule": 120.0, "options": {"queue": "memory.maintenance"}},
+    "optimize": {"task": "memory.optimize", "schedule": 600.0, "options": {"queue": "memory.maintenance"}},
     "compaction-sweep": {
         "task": "memory.compaction_sweep",
         "schedule": 300.0,

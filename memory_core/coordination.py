@@ -62,10 +62,12 @@ class Coordinator:
         """Serializes writers of one set across processes (used by deduplicating writes)."""
         lock = RedisLock(self.redis, self.keys.write_lock(*scope), ttl)
         deadline = time.monotonic() + wait
+        pause = 0.001  # a dedup write holds the lock for milliseconds: poll fast first, then back off
         while not lock.acquire():
             if time.monotonic() > deadline:
                 raise TransientStoreError(f"the write lock of {scope} is busy; retrying")
-            time.sleep(0.01)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
         try:
             yield
         finally:

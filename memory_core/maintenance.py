@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 TTL_SWEEP = "ttl_sweep"
 FLUSH_ACCESS = "flush_access"
 EVICT = "evict"
+OPTIMIZE = "optimize"
 
 
 def eviction_order(items: list[MemorySetItem], policy: str) -> list[MemorySetItem]:
@@ -67,6 +68,10 @@ class Maintenance:
     def evict(self) -> MaintenanceReport:
         """Applies each set's eviction policy down to its ``max_items`` (pinned items stay)."""
         return self._exclusive(EVICT, self.settings.evict_interval, self._evict)
+
+    def optimize(self) -> MaintenanceReport:
+        """Builds the store's search indexes over recent writes (embedded engine; a no-op on a server)."""
+        return self._exclusive(OPTIMIZE, self.settings.optimize_interval, lambda: (int(self.store.optimize()), 0))
 
     def _exclusive(self, name: str, interval: float, sweep: Callable[[], tuple[int, int]]) -> MaintenanceReport:
         # Held for most of the interval and never released early: one run per tick, however many beats.

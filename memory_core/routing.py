@@ -29,6 +29,7 @@ EVICT = "memory.evict"
 SESSION_FOLD = "memory.session_fold"
 SESSION_ENTITIES = "memory.session_entities"
 RECALL = "memory.recall"
+OPTIMIZE = "memory.optimize"
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -46,6 +47,7 @@ ROUTES: dict[str, str] = {
     TTL_SWEEP: MAINTENANCE_QUEUE,
     FLUSH_ACCESS: MAINTENANCE_QUEUE,
     EVICT: MAINTENANCE_QUEUE,
+    OPTIMIZE: MAINTENANCE_QUEUE,
     # Both may call a model: they share the compaction queue's own concurrency.
     SESSION_FOLD: COMPACTION_QUEUE,
     SESSION_ENTITIES: COMPACTION_QUEUE,

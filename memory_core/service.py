@@ -176,18 +176,36 @@ class MemoryService:
 
     def store_add(self, prepared: PreparedAdd, vectors: list[list[float]]) -> AddReply:
         """Writes prepared items with their vectors (deduplicating under the set's lock when the set does)."""
-        request, definition, items = prepared.request, prepared.definition, prepared.items
+        return self.store_add_many([prepared], [vectors])[0]
+
+    def store_add_many(self, prepared: list[PreparedAdd], vectors: list[list[list[float]]]) -> list[AddReply]:
+        """Writes several prepared adds of one set as one: one dedup pass, one upsert, one version bump.
+
+        The result is the same as writing them one after another in this order: a later request's items
+        deduplicate against an earlier one's, and an id sent twice keeps the later value.
+        """
+        first = prepared[0]
+        request, definition = first.request, first.definition
+        if any(p.request.scope != request.scope for p in prepared):
+            raise ValueError("store_add_many takes adds of one set; group them by scope first")
+        latest: dict[str, tuple[tuple[MemorySetItem, int], list[float]]] = {}
+        for one, one_vectors in zip(prepared, vectors, strict=True):
+            for item, vector in zip(one.items, one_vectors, strict=True):
+                latest.pop(item[0].id, None)  # a later write of the id takes the later place in the order
+                latest[item[0].id] = (item, vector)
+        items = [item for item, _ in latest.values()]
+        merged_vectors = [vector for _, vector in latest.values()]
         if definition.effective_dedup == "none":
-            self._upsert(request.scope, items, vectors, definition.context_window)
+            self._upsert(request.scope, items, merged_vectors, definition.context_window)
             stored_as = {item.id: item.id for item, _ in items}
         else:
             # Embedded before taking the set's lock: only the check-and-write needs to be serialized.
             with self._write_lock(request.scope):
-                stored_as = self._add_deduplicated(request.scope, definition, items, vectors)
+                stored_as = self._add_deduplicated(request.scope, definition, items, merged_vectors)
         self._changed(request.scope)
-        logger.debug("added %d items to %s", len(items), request.scope)
+        logger.debug("added %d items to %s from %d requests", len(items), request.scope, len(prepared))
         self._check_capacity(request.scope, definition)
-        return AddReply(ids=[stored_as[item.id] for item in request.items])
+        return [AddReply(ids=[stored_as[item.id] for item in one.request.items]) for one in prepared]
 
     def _new_item(self, definition: MemorySet, new: NewItem) -> tuple[MemorySetItem, int]:
         check_value(new.value, definition.item_type, f"item {new.id!r}", self.limits)

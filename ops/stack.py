@@ -81,8 +81,13 @@ def redis_server(url: str) -> Iterator[bool]:
 
 
 @contextlib.contextmanager
-def worker(env: dict[str, str], *, name: str = "worker", concurrency: int = 4) -> Iterator[subprocess.Popen[bytes]]:
-    """Runs ``celery -A workers.app worker`` with ``env`` until the block ends; waits until it is ready."""
+def worker(
+    env: dict[str, str], *, name: str = "worker", concurrency: int | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Runs ``celery -A workers.app worker`` with ``env`` until the block ends; waits until it is ready.
+
+    ``concurrency`` overrides ``MEMORY_CELERY__CONCURRENCY`` (the settings' value by default).
+    """
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     log = RUN_DIR / f"{name}.log"
     command = [
@@ -94,8 +99,7 @@ def worker(env: dict[str, str], *, name: str = "worker", concurrency: int = 4) -
         "INFO",
         "--hostname",
         f"{name}@%h",
-        "--concurrency",
-        str(concurrency),
+        *(["--concurrency", str(concurrency)] if concurrency is not None else []),
         "--without-mingle",
         "--without-gossip",
     ]

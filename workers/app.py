@@ -87,6 +87,7 @@ def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "ttl-sweep": settings.maintenance.ttl_sweep_interval,
         "flush-access": settings.maintenance.flush_access_interval,
         "evict": settings.maintenance.evict_interval,
+        "optimize": settings.maintenance.optimize_interval,
         "compaction-sweep": settings.compaction.sweep_interval,
     }
     for name, seconds in intervals.items():

@@ -365,6 +365,14 @@ class VectorStore(Protocol):
         due, else ``limit`` of them (the rest next time). Returns how many went."""
         ...
 
+    def optimize(self) -> bool:
+        """Builds the search indexes (HNSW) over what was written since the last run; blocks until done.
+
+        For the maintenance task only. Returns whether anything was optimized. A Qdrant server optimizes in
+        the background by itself, so there it does nothing.
+        """
+        ...
+
     def close(self) -> None:
         """Releases files, locks and connections."""
         ...

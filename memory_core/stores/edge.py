@@ -389,6 +389,11 @@ class EdgeVectorStore:
         scope_filter = qe.Filter(must=list(_scope_filter(namespace, key)))
         return sorted((set_from_payload(p) for p in self._scroll(self._sets, scope_filter)), key=lambda d: d.name)
 
+    def optimize(self) -> bool:
+        # Writes wait while the optimizer swaps segments; reads go on. Seconds per 50k new points (DESIGN).
+        with _translated("optimize"):
+            return bool(self._items.optimize())
+
     def close(self) -> None:
         with self._write_lock:
             for shard in (self._items, self._sets):

@@ -184,6 +184,9 @@ class InMemoryVectorStore:
             payloads = [p for p in self._sets.values() if p["namespace"] == namespace and p["key"] == key]
         return sorted((set_from_payload(p) for p in payloads), key=lambda d: d.name)
 
+    def optimize(self) -> bool:
+        return False  # exact search: there is no index to build
+
     def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
         with self._lock:
             points = self._items.get(scope, {})

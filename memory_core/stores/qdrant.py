@@ -414,6 +414,9 @@ class QdrantVectorStore:
             if offset is None:
                 return sorted(found, key=lambda d: d.name)
 
+    def optimize(self) -> bool:
+        return False  # a server's optimizers run in the background; local mode has no index to build
+
     def close(self) -> None:
         with _translated("close"):
             self._client.close()

@@ -92,3 +92,17 @@ def test_an_embedder_failure_reaches_every_request_of_the_batch_and_nothing_is_w
     assert service.get({"v": 1, "namespace": "ns", "key": "k", "set_name": "a"}).items == []
     assert batcher.add(_request("a", "kept", "value", 2)).ids == ["kept"]  # the batcher lives on
     batcher.close()
+
+
+def test_adds_to_one_set_are_written_as_one_with_the_sequential_result(setup):
+    service, _ = setup
+    definition = MemorySet(name="dedup").model_dump(mode="json")  # exact dedup, the text-set default
+    service.create_set({"v": 1, "namespace": "ns", "key": "k", "definition": definition})
+    first = service.prepare_add(_request("dedup", "one", "Alice likes tea", 1))
+    second = service.prepare_add(_request("dedup", "two", "Alice likes tea", 2))  # the same text again
+    third = service.prepare_add(_request("dedup", "three", "Bob likes coffee", 3))
+    vectors = [service.embed("ns", p.texts) for p in (first, second, third)]
+    replies = service.store_add_many([first, second, third], vectors)
+    assert [r.ids for r in replies] == [["one"], ["one"], ["three"]]  # the second folded into the first
+    stored = service.get({"v": 1, "namespace": "ns", "key": "k", "set_name": "dedup"}).items
+    assert [i.id for i in stored] == ["one", "three"]

@@ -22,6 +22,12 @@ def flush_access(self: MemoryTask) -> dict[str, Any]:
     return self.services.maintenance.flush_access().model_dump(mode="json")
 
 
+@shared_task(name=routing.OPTIMIZE, bind=True, base=MemoryTask)
+def optimize(self: MemoryTask) -> dict[str, Any]:
+    """Build the store's search indexes over recent writes."""
+    return self.services.maintenance.optimize().model_dump(mode="json")
+
+
 @shared_task(name=routing.EVICT, bind=True, base=MemoryTask)
 def evict(self: MemoryTask) -> dict[str, Any]:
     """Apply eviction policies down to each set's max_items."""

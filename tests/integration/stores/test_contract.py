@@ -402,3 +402,13 @@ def test_the_server_adapter_migrates_a_dense_only_collection():
         assert client.collection_exists("old")
     finally:
         store.close()
+
+
+def test_optimize_builds_the_index_and_searches_answer_the_same(store: VectorStore):
+    store.upsert(SCOPE, [_record(f"n{i}", f"note number {i} about gardens and {i % 7} birds", i) for i in range(300)])
+    query = EMBEDDER.embed(["note number 42 about gardens"])[0]
+    before = [h.id for h in store.search(SCOPE, query, 5, {}, text="note number 42 gardens", mode="hybrid")]
+    assert isinstance(store.optimize(), bool)
+    after = [h.id for h in store.search(SCOPE, query, 5, {}, text="note number 42 gardens", mode="hybrid")]
+    assert after[0] == before[0] == "n42"
+    assert store.count(SCOPE) == 300

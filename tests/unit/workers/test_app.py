@@ -28,6 +28,7 @@ def test_the_app_speaks_json_only_with_late_acks(tmp_path: Path):
     assert conf.worker_prefetch_multiplier == 1
     assert {q.name for q in conf.task_queues} == set(routing.QUEUES)
     assert conf.beat_schedule["compaction-sweep"]["task"] == routing.COMPACTION_SWEEP
+    assert conf.beat_schedule["optimize"]["task"] == routing.OPTIMIZE
 
 
 def test_prefork_is_refused_with_the_embedded_engine(tmp_path: Path):
