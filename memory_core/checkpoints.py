@@ -5,7 +5,7 @@
     saver.get("thread-1")                       # the newest
     saver.list("thread-1", limit=10)            # newest first
 
-Stored in Redis as JSON (never pickle): per thread and checkpoint namespace, a hash of
+Stored in Redis as JSON only: per thread and checkpoint namespace, a hash of
 checkpoint id -> snapshot and a sorted set ordering the ids by their write time. Both
 expire together ``ttl`` seconds after the thread's last ``put``. A thread id is a key of
 the namespace: ``client.forget(namespace, key=thread_id)`` erases its checkpoints.
