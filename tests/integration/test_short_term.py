@@ -165,13 +165,13 @@ def test_clear_empties_both_tiers_at_once(client: MemoryClient, namespace: str, 
 
 def test_a_path_ttl_hides_the_path_and_everything_under_it(client: MemoryClient, namespace: str):
     with client.short_term(namespace, "run-5") as stm:
-        stm.set("token", "abc", ttl=0.4)
-        stm.new_object("cache", ttl=0.4).set("page", "<html>")
+        stm.set("token", "abc", ttl=1.5)
+        stm.new_object("cache", ttl=1.5).set("page", "<html>")
         stm.set("kept", 1)
     fresh = client.short_term(namespace, "run-5")
     assert fresh.get("token") == "abc"
     assert fresh.get("cache.page") == "<html>"
-    time.sleep(0.6)
+    time.sleep(1.7)
     later = client.short_term(namespace, "run-5")
     assert later.get("token") is None
     assert not later.is_exist("cache.page")
