@@ -26,6 +26,7 @@ from memory_core.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
     LEXICAL,
+    LEXICAL_FLOOR,
     NUMERIC_INDEX_FIELDS,
     PREFETCH,
     PREVIOUS_MARGIN,
@@ -284,7 +285,15 @@ class EdgeVectorStore:
             rankers = [dense, *lexical] if mode == "hybrid" else lexical
             request = qe.QueryRequest(
                 limit=limit,
-                prefetches=[qe.Prefetch(limit=max(PREFETCH, limit), query=q, filter=visible) for q in rankers],
+                prefetches=[
+                    qe.Prefetch(
+                        limit=max(PREFETCH, limit),
+                        query=q,
+                        filter=visible,
+                        score_threshold=None if q is dense else LEXICAL_FLOOR,
+                    )
+                    for q in rankers
+                ],
                 query=qe.Fusion.Dbsf(),  # type: ignore[arg-type]  # the stubs type Fusion's variants as nested classes
                 filter=visible,
                 with_payload=True,

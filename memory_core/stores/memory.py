@@ -17,6 +17,7 @@ import numpy as np
 from memory_core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.stores.base import (
     LEXICAL,
+    LEXICAL_FLOOR,
     PREFETCH,
     SPARSE_CONTEXT,
     SPARSE_TEXT,
@@ -145,7 +146,7 @@ class InMemoryVectorStore:
         for payload in payloads:
             weights = dict(zip(payload[_SPARSE][name].indices, payload[_SPARSE][name].values, strict=True))
             score = sum(idf[t] * weights[t] for t in wanted if t in weights)
-            if score > 0:
+            if score >= LEXICAL_FLOOR:
                 ranked.append((score, payload["item_id"]))
         return sorted(ranked, key=lambda si: -si[0])
 

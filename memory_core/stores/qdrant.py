@@ -26,6 +26,7 @@ from memory_core.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
     LEXICAL,
+    LEXICAL_FLOOR,
     NUMERIC_INDEX_FIELDS,
     PREFETCH,
     PREVIOUS_MARGIN,
@@ -309,7 +310,10 @@ class QdrantVectorStore:
                 words = _to_qdrant(LEXICAL.query(text))
                 depth = max(PREFETCH, limit)
                 prefetch = [
-                    qm.Prefetch(query=words, using=name, filter=query_filter, limit=depth) for name in SPARSE_NAMES
+                    qm.Prefetch(
+                        query=words, using=name, filter=query_filter, limit=depth, score_threshold=LEXICAL_FLOOR
+                    )
+                    for name in SPARSE_NAMES
                 ]
                 if mode == "hybrid":
                     prefetch.insert(0, qm.Prefetch(query=dense, using=DENSE, filter=query_filter, limit=depth))

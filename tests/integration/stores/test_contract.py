@@ -306,6 +306,9 @@ def test_context_reaches_back_across_writes_in_seq_order_exactly(store: VectorSt
 
 def test_lexical_and_hybrid_search_keep_scope_filters_and_expiry(store: VectorStore):
     other = Scope("other-ns", "key", "notes")
+    # Unrelated items elsewhere, so "zebra" is a rare word of the collection (IDF is collection-wide).
+    filler = Scope("filler-ns", "key", "notes")
+    store.upsert(filler, [_record(f"w{i}", f"weather report number {i}", i) for i in range(20)])
     store.upsert(SCOPE, [_record("mine", "zebra crossing near the school", 1, additional_metadata={"kind": "a"})])
     store.upsert(SCOPE, [_record("filtered", "zebra crossing again", 2, additional_metadata={"kind": "b"})])
     expired = T0 - timedelta(days=1)
@@ -412,3 +415,11 @@ def test_optimize_builds_the_index_and_searches_answer_the_same(store: VectorSto
     after = [h.id for h in store.search(SCOPE, query, 5, {}, text="note number 42 gardens", mode="hybrid")]
     assert after[0] == before[0] == "n42"
     assert store.count(SCOPE) == 300
+
+
+def test_a_word_every_item_shares_is_no_lexical_evidence(store: VectorStore):
+    facts = ["Alice prefers green tea", "Alice moved to Lyon", "Alice is allergic to peanuts", "Alice runs marathons"]
+    store.upsert(SCOPE, [_record(f"a{i}", text, i) for i, text in enumerate(facts)])
+    vector = EMBEDDER.embed(["Alice"])[0]
+    assert store.search(SCOPE, vector, 5, {}, text="what about Alice?", mode="lexical") == []
+    assert [h.id for h in store.search(SCOPE, vector, 5, {}, text="Alice and her peanuts", mode="lexical")] == ["a2"]
