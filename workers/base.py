@@ -104,9 +104,10 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         info = error_info(exc)
         logger.warning("task %s %s failed: %s", self.name, task_id, info.type)
-        self._reply(kwargs, task_id, Reply(ok=False, error=info))
+        # The letter first: a caller told of the failure must find its payload already kept.
         if routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
             self._dead_letter(kwargs, task_id, info)
+        self._reply(kwargs, task_id, Reply(ok=False, error=info))
 
     def _reply(self, kwargs: Any, task_id: str, reply: Reply) -> None:
         namespace = request_namespace(kwargs)
