@@ -40,6 +40,7 @@ def _setup(tmp_path: Path) -> tuple[int, dict[str, str], Settings]:
         # A task cancelled by the lost connection comes back after 6 s.
         "MEMORY_CELERY__VISIBILITY_TIMEOUT": "6",
         "MEMORY_CELERY__RETRY_BACKOFF_MAX": "2",
+        "MEMORY_CELERY__CONCURRENCY": "4",  # few tasks in flight per restart: what this test was validated with
     }
     settings = Settings(
         _env_file=None,
@@ -137,7 +138,7 @@ def test_sigkilled_redis_under_load_loses_no_acknowledged_add(tmp_path: Path):
                 thread.join()
 
             broker = redis.Redis(port=port)
-            wait_for(lambda: sum(int(broker.llen(q)) for q in routing.QUEUES) == 0 and not broker.hlen("unacked"), 60)
+            wait_for(lambda: sum(int(broker.llen(q)) for q in routing.QUEUES) == 0 and not broker.hlen("unacked"), 120)
             broker.close()
             items = memory_set.get()
     finally:

@@ -36,10 +36,13 @@ def test_writes_outlast_a_store_outage_and_dead_letters_replay_once(fault_redis_
         # A short outage: the write retries with backoff and lands once the store is back.
         flag.touch()
         receipt = ltm.submit(notes, ["written during the outage"], ids=["during"])
-        time.sleep(2)
+        # Short next to the retry budget: jittered backoff could spend all retries within a 2 s outage.
+        time.sleep(0.5)
         flag.unlink()
         assert receipt.wait(timeout=60) == ["during"]
         assert [i.id for i in notes.get()] == ["during"]
+        log = (tmp_path / "worker.log").read_text(errors="replace")
+        assert f"memory.add[{receipt.task_id}] retry" in log  # it did fail during the outage, then landed
 
         # A long outage: past the retry budget the write is dead-lettered, payload and all.
         flag.touch()
