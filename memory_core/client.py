@@ -72,7 +72,7 @@ from memory_core.models import (
 from memory_core.profile import UserProfile
 from memory_core.session import Session
 from memory_core.session.session import Promotion
-from memory_core.settings import Settings, load_settings, redact_url
+from memory_core.settings import LimitsSettings, Settings, load_settings, redact_url
 from memory_core.short_term import ShortTermMemory, end_of_run
 from memory_core.tokens import TokenCounter, default_counter
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse, short_repr
@@ -89,6 +89,15 @@ def _checked(adapter: TypeAdapter[str], value: object, what: str) -> str:
     except ValidationError as exc:
         reason = exc.errors()[0]["msg"]
         raise InvalidRequestError(f"{what} {short_repr(value)} is invalid: {reason}") from exc
+
+
+def _check_query(query: object, limit: object, limits: LimitsSettings) -> None:
+    """The checks ``search`` and ``recall`` share: a non-empty UTF-8 query within size, a limit in range."""
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidRequestError(f"query must be a non-empty str, got {short_repr(query)}")
+    check_text(query, "query", limits.max_query_chars)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
+        raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
 
 
 def _text(value: bytes | str) -> str:
@@ -301,11 +310,7 @@ class MemoryClient:
         namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
         key = _checked(_KEY, key, "key")
         limits = self.settings.limits
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidRequestError(f"query must be a non-empty str, got {short_repr(query)}")
-        check_text(query, "query", limits.max_query_chars)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
-            raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
+        _check_query(query, limit, limits)
         if token_budget is not None and (
             isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1
         ):
@@ -606,11 +611,7 @@ class LongTermMemory:
         ``{"source": "chat"}``, or a list for any-of.
         """
         limits = self._client.settings.limits
-        if not isinstance(query, str) or not query.strip():
-            raise InvalidRequestError(f"query must be a non-empty str, got {short_repr(query)}")
-        check_text(query, "query", limits.max_query_chars)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
-            raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
+        _check_query(query, limit, limits)
         filters = dict(filters or {})
         check_filters(filters)
         if mode not in ("hybrid", "dense", "lexical"):

@@ -114,8 +114,6 @@ class MemoryService:
         if self.coordinator is not None and items:
             self.coordinator.record_access(scope, [i.id for i in items])
 
-    _accessed = record_access
-
     @contextmanager
     def _write_lock(self, scope: Scope) -> Iterator[None]:
         if self.coordinator is not None:
@@ -310,7 +308,7 @@ class MemoryService:
             items = self.store.list_items(request.scope)
         else:
             items = self.store.retrieve(request.scope, request.ids)
-        self._accessed(request.scope, items)
+        self.record_access(request.scope, items)
         return ItemsReply(items=items)
 
     def delete(self, raw: dict[str, Any]) -> CountReply:
@@ -337,7 +335,7 @@ class MemoryService:
         items = self.store.search(
             request.scope, vector, request.limit, request.filters, text=request.query, mode=request.mode
         )
-        self._accessed(request.scope, items)
+        self.record_access(request.scope, items)
         return ItemsReply(items=items)
 
     def size(self, raw: dict[str, Any]) -> CountReply:
