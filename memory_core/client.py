@@ -31,6 +31,7 @@ from memory_core.cache.redis import RedisCache
 from memory_core.cache.tiered import TieredCache
 from memory_core.candidates import from_session, from_short_term
 from memory_core.checkpoints import CheckpointStore
+from memory_core.coalescing import AddCoalescer
 from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
@@ -152,12 +153,19 @@ class WriteReceipt:
     task_id: str
     namespace: str
     _dispatcher: Dispatcher
+    # Where these items sit in the task's items: concurrent adds to one set may share a task.
+    _offset: int = 0
+    _shared: bool = False
 
     def wait(self, timeout: float | None = None) -> list[str]:
-        """Blocks until the worker has stored the items; raises the worker's typed error if it failed."""
+        """Blocks until the worker has stored the items; raises the worker's typed error if it failed.
+
+        Returns the id each item is stored under. Receipts that share a task share its reply.
+        """
         if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
             return self.ids
-        return AddReply.model_validate(self._dispatcher.wait(self.namespace, self.task_id, timeout)).ids
+        stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared)
+        return AddReply.model_validate(stored).ids[self._offset : self._offset + len(self.ids)]
 
 
 class MemoryClient:
@@ -181,6 +189,7 @@ class MemoryClient:
             ReadCache(tiered, self.coordinator, self.keys, redact_url(settings.redis.url)) if cache.enabled else None
         )
         self._seq = _SeqClock()
+        self.adds = AddCoalescer(self._publish_add, max_items=settings.client.coalesce_max_items)
 
     @classmethod
     def from_env(cls) -> MemoryClient:
@@ -387,6 +396,11 @@ class MemoryClient:
             l1_bytes=self.l1.size_bytes,
         )
 
+    def _publish_add(self, request: AddRequest) -> str:
+        # What Flower and logs show for a task: scope and counts, never memory text.
+        summary = {"namespace": request.namespace, "key": request.key, "set": request.set_name}
+        return self.dispatcher.send(routing.ADD, request, json.dumps({**summary, "items": len(request.items)}))
+
     def reserve_seq(self, count: int) -> int:
         """The first of ``count`` consecutive insertion-order numbers."""
         return self._seq.reserve(count)
@@ -557,8 +571,8 @@ class LongTermMemory:
             for i in range(count)
         ]
         request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
-        task_id = self._client.dispatcher.send(routing.ADD, request, self._summary(definition.name, items=count))
-        return WriteReceipt(ids=ids, task_id=task_id, namespace=self.namespace, _dispatcher=self._client.dispatcher)
+        sent = self._client.adds.send(request)
+        return WriteReceipt(ids, sent.task_id, self.namespace, self._client.dispatcher, sent.offset, sent.shared)
 
     def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
         """Compacts the set now, even below capacity, and waits for the report."""

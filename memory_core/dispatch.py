@@ -152,8 +152,14 @@ class Dispatcher:
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
         return task_id
 
-    def wait(self, namespace: str, task_id: str, timeout: float | None = None) -> dict[str, Any]:
-        """Blocks until the worker replies; returns the result or raises the worker's typed error."""
+    def wait(
+        self, namespace: str, task_id: str, timeout: float | None = None, *, shared: bool = False
+    ) -> dict[str, Any]:
+        """Blocks until the worker replies; returns the result or raises the worker's typed error.
+
+        ``shared``: other callers wait for the same task (coalesced adds), so the reply is put back
+        for them after it is read; the copy left over expires with the reply's TTL.
+        """
         limit = self._settings.client.timeout if timeout is None else timeout
         key = self._keys.reply(namespace, task_id)
         deadline = time.monotonic() + limit
@@ -170,6 +176,11 @@ class Dispatcher:
             try:
                 popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds))
                 lost_since = None
+                if popped is not None and shared:
+                    with self._redis.pipeline() as pipe:
+                        pipe.lpush(key, popped[1])
+                        pipe.expire(key, self._settings.celery.reply_ttl)
+                        pipe.execute()
             except redis.RedisError as exc:
                 # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
                 now = time.monotonic()

@@ -62,7 +62,7 @@ def create_app(settings: Settings) -> Celery:
         task_routes={name: {"queue": queue} for name, queue in routing.ROUTES.items()},
         worker_pool=settings.celery.pool,
         worker_concurrency=settings.celery.concurrency,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.celery.task_events,
         worker_hijack_root_logger=False,
         beat_schedule=_schedule(settings),
         timezone="UTC",

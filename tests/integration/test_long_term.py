@@ -5,6 +5,8 @@ The first group mirrors Apache Flink Agents' long-term memory tests.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from memory_core import (
@@ -155,6 +157,27 @@ def test_wait_false_returns_ids_at_once_and_the_receipt_waits_for_durability(cli
     assert receipt.wait(timeout=30) == ["x"]
     assert [i.value for i in notes.get(["x"])] == ["later"]
     assert notes.add(["async"], ids=["y"], wait=False) == ["y"]
+
+
+def test_concurrent_adds_share_messages_and_each_gets_its_own_stored_ids(client: MemoryClient, namespace: str):
+    ltm = client.long_term(namespace, "u")
+    notes = ltm.get_or_create_memory_set("notes")  # exact dedup: a repeated text is stored once
+    before = client.adds.messages, client.adds.requests
+
+    def add(i: int) -> list[str]:
+        return notes.add([f"fact number {i}", "the shared fact"], ids=[f"own-{i}", f"copy-{i}"])
+
+    with ThreadPoolExecutor(16) as pool:
+        stored = list(pool.map(add, range(64)))
+    messages, requests = client.adds.messages - before[0], client.adds.requests - before[1]
+    assert requests == 64
+    assert messages < requests, "adds that queued behind a publish should have shared a message"
+    assert [ids[0] for ids in stored] == [f"own-{i}" for i in range(64)]
+    shared = {ids[1] for ids in stored}
+    assert len(shared) == 1
+    assert shared < {f"copy-{i}" for i in range(64)}
+    assert notes.size() == 65
+    assert {i.value for i in notes.get(sorted(shared))} == {"the shared fact"}
 
 
 def test_items_carry_times_and_no_internal_fields(client: MemoryClient, namespace: str):
