@@ -23,7 +23,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core import tracing
 from memory_core.messages import AddReply
+from memory_core.metrics import BATCH_ITEMS
 from memory_core.models import Scope
 from memory_core.service import MemoryService, PreparedAdd
 
@@ -34,6 +36,7 @@ logger = logging.getLogger(__name__)
 class _Pending:
     prepared: PreparedAdd
     done: threading.Event = field(default_factory=threading.Event)
+    trace: Any = field(default_factory=tracing.current)  # the task's trace, continued in the batch thread
     reply: AddReply | None = None
     error: BaseException | None = None
 
@@ -110,7 +113,9 @@ class AddBatcher:
             with self._lock:
                 self._busy += 1
             try:
-                self._process(batch)
+                # The batch's spans join the first task's trace (the others' traces end at their task span).
+                with tracing.span_in(batch[0].trace, "add.batch", requests=len(batch), items=count):
+                    self._process(batch)
             finally:
                 with self._lock:
                     self._busy -= 1
@@ -126,6 +131,7 @@ class AddBatcher:
             return
         self.batches += 1
         self.items += len(pairs)
+        BATCH_ITEMS.observe(len(pairs))
         # Requests of one set are written as one (one dedup pass, one upsert, one version bump), in order.
         by_scope: dict[Scope, list[tuple[_Pending, list[list[float]]]]] = {}
         start = 0

@@ -22,7 +22,7 @@ from typing import Any, Self
 import redis
 from pydantic import TypeAdapter, ValidationError
 
-from memory_core import routing
+from memory_core import routing, tracing
 from memory_core.auth import TokenMap, refusal
 from memory_core.cache.definitions import DefinitionCache
 from memory_core.cache.local import LocalCache
@@ -173,6 +173,7 @@ class MemoryClient:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        tracing.configure(settings.tracing)
         self.keys = Keys(settings.redis.key_prefix)
         self._redis = open_redis(settings)
         self.dispatcher = Dispatcher(settings, self._redis, self.keys)

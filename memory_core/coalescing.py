@@ -15,7 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from memory_core import tracing
 from memory_core.messages import AddRequest
 from memory_core.models import Scope
 
@@ -34,6 +36,7 @@ class Sent:
 class _Waiter:
     request: AddRequest
     wake: threading.Event = field(default_factory=threading.Event)
+    trace: Any = field(default_factory=tracing.current)  # published in the first caller's trace
     published: bool = False
     sent: Sent | None = None
     error: BaseException | None = None
@@ -95,7 +98,8 @@ class AddCoalescer:
             else first.model_copy(update={"items": [item for w in group for item in w.request.items]})
         )
         try:
-            task_id = self._publish(merged)
+            with tracing.attached(group[0].trace):
+                task_id = self._publish(merged)
         except Exception as exc:  # noqa: BLE001  # every caller of the group gets the publish error as its own
             for waiter in group:
                 waiter.error = exc

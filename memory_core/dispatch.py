@@ -22,6 +22,7 @@ from kombu import Connection, Queue
 from kombu.exceptions import KombuError, OperationalError
 from kombu.pools import ProducerPool
 
+from memory_core import tracing
 from memory_core.auth import AUTH_HEADER
 from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
 from memory_core.keys import Keys
@@ -128,6 +129,12 @@ class Dispatcher:
         token = self._token_for(namespace) if namespace else None
         if token:
             headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
+        with tracing.producer_span(f"publish {task}"):
+            tracing.inject(headers)  # the trace goes on in the worker (nothing is added when no span records)
+            self._publish(task, queue, body, headers)
+        return task_id
+
+    def _publish(self, task: str, queue: Queue, body: Any, headers: dict[str, Any]) -> None:
         retries = self._settings.client.publish_retries
         try:
             with self._producers.acquire(block=True, timeout=self._settings.client.timeout) as producer:
@@ -138,7 +145,7 @@ class Dispatcher:
                     declare=[queue],
                     serializer="json",
                     headers=headers,
-                    correlation_id=task_id,
+                    correlation_id=headers["id"],
                     delivery_mode=2,
                     retry=retries > 0,
                     retry_policy={
@@ -150,7 +157,6 @@ class Dispatcher:
                 )
         except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
-        return task_id
 
     def wait(
         self, namespace: str, task_id: str, timeout: float | None = None, *, shared: bool = False

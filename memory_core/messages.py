@@ -267,6 +267,70 @@ class SetReply(_Wire):
     definition: MemorySet | None
 
 
+class ListSetsRequest(NamespaceRequest):
+    """memory.list_sets: the sets of a namespace (or of one key of it), with their sizes."""
+
+    key: Key | None = None
+
+
+class SetInfo(_Wire):
+    """One set of a listing."""
+
+    key: Key
+    definition: MemorySet
+    size: int
+
+
+class SetsReply(_Wire):
+    """Sets, by key then name."""
+
+    sets: list[SetInfo]
+
+
+class ExportRequest(SetRequest):
+    """memory.export: every item id of the set in insertion order (``ids`` None), or these items."""
+
+    ids: list[ItemId] | None = None
+    vectors: bool = False
+
+
+class ExportedItem(_Wire):
+    """An item as exported: everything stored, and its dense vector when asked for."""
+
+    item: MemorySetItem
+    vector: list[float] | None = None
+
+
+class ExportReply(_Wire):
+    """Either the ids of the set (a first call) or the items asked for."""
+
+    ids: list[ItemId] = Field(default_factory=list)
+    items: list[ExportedItem] = Field(default_factory=list)
+
+
+class ImportRequest(SetRequest):
+    """memory.import: writes exported items as they were (ids, order, times); re-embeds those without vectors.
+
+    Idempotent: an item already there is overwritten with the same content.
+    """
+
+    items: list[ExportedItem]
+
+
+class BackupRequest(_Wire):
+    """memory.backup: a consistent snapshot of the store, named ``label`` under the backup directory."""
+
+    v: Literal[1] = 1
+    label: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class BackupReply(_Wire):
+    """What the snapshot made: directories (embedded engine) or server snapshot names."""
+
+    location: str
+    parts: list[str]
+
+
 class ErrorInfo(_Wire):
     """A worker-side failure, rebuilt as the same ``MemoryCoreError`` subclass in the client."""
 

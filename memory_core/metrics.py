@@ -18,6 +18,9 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from memory_core.embedders.base import Embedder
+from memory_core.tracing import tracer
+
 logger = logging.getLogger(__name__)
 
 _LATENCY = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -41,6 +44,14 @@ MODEL_TOKENS = Counter("memory_core_model_tokens", "Summarizer tokens by model a
 DEAD_LETTERS = Counter("memory_core_dead_letters", "Tasks that failed for good and were dead-lettered.", ["task"])
 
 
+def embed_timed(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """``embedder.embed(texts)``, timed, counted and traced."""
+    with tracer.start_as_current_span("embed", attributes={"texts": len(texts)}), timed(EMBED_SECONDS):
+        vectors = embedder.embed(texts)
+    EMBEDDED_TEXTS.inc(len(texts))
+    return vectors
+
+
 @contextmanager
 def timed(histogram: Histogram, **labels: str) -> Iterator[None]:
     """Observes the block's wall time in ``histogram`` (with ``labels``), also when it raises."""
@@ -62,7 +73,9 @@ class NamespaceItems(Collector):
         self._cached: tuple[float, dict[str, int]] | None = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily("memory_core_items", "Items stored, by namespace (largest only).", labels=["namespace"])
+        family = GaugeMetricFamily(
+            "memory_core_items", "Items stored, by namespace (largest only).", labels=["namespace"]
+        )
         for namespace, count in self._snapshot().items():
             family.add_metric([namespace], count)
         yield family

@@ -30,6 +30,14 @@ SESSION_FOLD = "memory.session_fold"
 SESSION_ENTITIES = "memory.session_entities"
 RECALL = "memory.recall"
 OPTIMIZE = "memory.optimize"
+LIST_SETS = "memory.list_sets"
+EXPORT = "memory.export"
+IMPORT = "memory.import"
+BACKUP = "memory.backup"
+
+OPS_NAMESPACE = "!ops"
+"""Where replies to operator tasks that name no namespace (backup) go; no tenant can be named this."""
+OPS_REPLIES = frozenset({BACKUP})
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -42,6 +50,10 @@ ROUTES: dict[str, str] = {
     SIZE: READ_QUEUE,
     GET_SET: READ_QUEUE,
     RECALL: READ_QUEUE,
+    LIST_SETS: READ_QUEUE,
+    EXPORT: READ_QUEUE,
+    IMPORT: WRITE_QUEUE,
+    BACKUP: MAINTENANCE_QUEUE,
     COMPACT: COMPACTION_QUEUE,
     COMPACTION_SWEEP: MAINTENANCE_QUEUE,
     TTL_SWEEP: MAINTENANCE_QUEUE,

@@ -35,6 +35,7 @@ from memory_core.messages import (
     SetReply,
     SetRequest,
 )
+from memory_core.metrics import embed_timed
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.redaction import Redactor
 from memory_core.settings import LimitsSettings
@@ -100,7 +101,7 @@ class MemoryService:
         """Vectors for ``(namespace, text)`` pairs, in one embedder call (cache misses only, with a cache)."""
         if self.embeddings is not None:
             return self.embeddings.embed_many(pairs)
-        return self.embedder.embed([text for _, text in pairs])
+        return embed_timed(self.embedder, [text for _, text in pairs])
 
     def _definition(self, scope: Scope) -> MemorySet:
         return require_set(self.store, scope)

@@ -260,6 +260,34 @@ class FlowerSettings(BaseModel):
         return value
 
 
+class MetricsSettings(BaseModel):
+    """Prometheus metrics served by each worker process (``/metrics``)."""
+
+    enabled: bool = True
+    address: str = "127.0.0.1"
+    # 0 picks a free port (logged). A port taken by another process is logged, never fatal.
+    port: int = Field(default=9464, ge=0, le=65535)
+    # Items per namespace is exported for the largest namespaces only (the rest as "(other)").
+    top_namespaces: int = Field(default=10, ge=0, le=1_000)
+
+
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces: off unless enabled, and exported only to ``endpoint`` (OTLP over HTTP)."""
+
+    enabled: bool = False
+    # e.g. http://otel-collector:4318/v1/traces; needs the "tracing" extra (opentelemetry-sdk + exporter).
+    endpoint: str | None = None
+    service_name: str = "memory-core"
+
+
+class StackSettings(BaseModel):
+    """``memory-core up`` and ``backup``: where the local stack keeps pid files, logs and store snapshots."""
+
+    run_dir: Path = Path(".memory-core/run")
+    # memory-core backup: where a worker writes snapshots of the embedded engine (one folder per label).
+    backup_dir: Path = Path(".memory-core/backups")
+
+
 class Settings(BaseSettings):
     """All of memory-core's configuration, from ``MEMORY_*`` variables (and ``.env`` when present)."""
 
@@ -289,6 +317,9 @@ class Settings(BaseSettings):
     recall: RecallSettings = RecallSettings()
     batching: BatchingSettings = BatchingSettings()
     profile: ProfileSettings = ProfileSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
+    stack: StackSettings = StackSettings()
 
     @property
     def broker_url(self) -> str:

@@ -11,11 +11,13 @@ from typing import Any
 
 from celery import Celery, signals
 from kombu import Queue
+from prometheus_client import REGISTRY
 
 import beat_schedule
 import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
-from memory_core import routing
+from memory_core import metrics, routing, tracing
 from memory_core.errors import ConfigurationError
+from memory_core.metrics import NamespaceItems
 from memory_core.settings import Settings, get_settings
 from workers import services
 from workers.base import MemoryTask
@@ -93,6 +95,31 @@ def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     for name, seconds in intervals.items():
         schedule[name]["schedule"] = seconds
     return schedule
+
+
+_observed = False
+
+
+@signals.worker_init.connect
+def _observe(sender: Any = None, **_: Any) -> None:
+    # Metrics are served by the process that runs the tasks: the worker itself with the threads pool.
+    global _observed
+    app = getattr(sender, "app", None)
+    if app is None or _observed:
+        return
+    _observed = True
+    settings = services.settings_of(app)
+    tracing.configure(settings.tracing)
+    if settings.metrics.enabled:
+        top = settings.metrics.top_namespaces
+        REGISTRY.register(NamespaceItems(lambda: services.get(app).memory.store.namespace_counts(10_000), top=top))
+        metrics.serve(settings.metrics.address, settings.metrics.port)
+
+
+@signals.worker_process_init.connect
+def _trace_in_child(**_: Any) -> None:
+    # A forked pool process needs its own tracer provider (the parent's export thread did not fork).
+    tracing.configure(get_settings().tracing)
 
 
 @signals.worker_shutdown.connect

@@ -19,7 +19,7 @@ from celery import Task
 from celery.exceptions import Reject
 from pydantic import TypeAdapter, ValidationError
 
-from memory_core import routing
+from memory_core import metrics, routing, tracing
 from memory_core.auth import AUTH_HEADER, refusal
 from memory_core.errors import MemoryCoreError, TransientStoreError
 from memory_core.messages import ErrorInfo, Reply
@@ -79,7 +79,10 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         token = getattr(self.request, AUTH_HEADER, None)
         if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
             raise refusal(namespace)
-        result = super().__call__(*args, **kwargs)
+        headers = {name: getattr(self.request, name, None) for name in tracing.HEADERS}
+        with tracing.consumer_span(self.name, headers), metrics.timed(metrics.TASK_SECONDS, task=self.name):
+            result = super().__call__(*args, **kwargs)
+        metrics.TASKS.labels(self.name, "success").inc()
         # The caller gets the result through its reply list. Celery gets only its outline, because
         # what it gets ends up in worker logs and in task events, i.e. on Flower's screens.
         self._reply(kwargs, str(self.request.id), Reply(ok=True, result=result))
@@ -101,7 +104,11 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         """This process's services for this task's app."""
         return services.get(self.app)
 
+    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        metrics.TASKS.labels(self.name, "retry").inc()
+
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        metrics.TASKS.labels(self.name, "failure").inc()
         info = error_info(exc)
         logger.warning("task %s %s failed: %s", self.name, task_id, info.type)
         # The letter first: a caller told of the failure must find its payload already kept.
@@ -111,6 +118,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
 
     def _reply(self, kwargs: Any, task_id: str, reply: Reply) -> None:
         namespace = request_namespace(kwargs)
+        if namespace is None and self.name in routing.OPS_REPLIES:
+            namespace = routing.OPS_NAMESPACE
         if namespace is None:
             return
         svc = self.services
@@ -142,6 +151,7 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             if namespace:
                 pipe.sadd(svc.keys.dead_letter_namespaces(), namespace)
 
+        metrics.DEAD_LETTERS.labels(self.name).inc()
         # Longer than for a reply: this letter is the only copy of a write that failed for good.
         if _write_through_restart(svc.redis, push, 6 * svc.settings.client.reconnect_window):
             logger.error("task %s %s dead-lettered after %d retries", self.name, task_id, self.request.retries)

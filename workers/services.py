@@ -35,6 +35,7 @@ from memory_core.session.service import SessionService
 from memory_core.settings import Settings, redact_url
 from memory_core.stores import open_store
 from memory_core.tokens import default_counter
+from memory_core.transfer import Transfer
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ class Services:
     recaller: Recaller
     batcher: AddBatcher | None
     tokens: TokenMap | None
+    transfer: Transfer
 
     def add(self, request: dict[str, Any]) -> AddReply:
         """An add, through the micro-batcher when batching is on."""
@@ -78,6 +80,11 @@ _lock = threading.Lock()
 def register(app: Celery, settings: Settings) -> None:
     """Remembers which settings ``app``'s services are built from."""
     _settings[app] = settings
+
+
+def settings_of(app: Celery) -> Settings:
+    """The settings ``app`` was created with."""
+    return _settings[app]
 
 
 def get(app: Celery) -> Services:
@@ -165,6 +172,7 @@ def _build(settings: Settings) -> Services:
         recaller=Recaller(memory=memory, tokens=default_counter(), settings=settings.recall),
         batcher=_batcher(memory, settings),
         tokens=tokens,
+        transfer=Transfer(memory, settings.stack.backup_dir),
     )
 
 

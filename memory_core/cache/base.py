@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from memory_core.metrics import CACHE
+
 
 class Cache(Protocol):
     """One tier of cache."""
@@ -37,10 +39,20 @@ class SharedCache(Cache, Protocol):
 
 @dataclass
 class TierStats:
-    """Hits and misses of one tier, counted in this process."""
+    """Hits and misses of one tier, counted in this process (and in the Prometheus counters)."""
 
+    tier: str = ""
     hits: int = 0
     misses: int = 0
+
+    def count(self, *, hits: int = 0, misses: int = 0) -> None:
+        """Adds lookups' outcomes."""
+        self.hits += hits
+        self.misses += misses
+        if hits:
+            CACHE.labels(self.tier, "hit").inc(hits)
+        if misses:
+            CACHE.labels(self.tier, "miss").inc(misses)
 
     @property
     def hit_rate(self) -> float:
@@ -53,5 +65,5 @@ class TierStats:
 class CacheStats:
     """Per-tier counters, readable through ``MemoryClient.stats()``."""
 
-    l1: TierStats = field(default_factory=TierStats)
-    l2: TierStats = field(default_factory=TierStats)
+    l1: TierStats = field(default_factory=lambda: TierStats("l1"))
+    l2: TierStats = field(default_factory=lambda: TierStats("l2"))

@@ -10,6 +10,7 @@ import redis
 
 from memory_core.embedders import Embedder
 from memory_core.keys import Keys
+from memory_core.metrics import CACHE, embed_timed
 
 
 class EmbeddingCache:
@@ -49,8 +50,10 @@ class EmbeddingCache:
         unique = list(dict.fromkeys(pairs[i][1] for i in missing))
         self.hits += len(pairs) - len(missing)
         self.misses += len(unique)
+        CACHE.labels("embedding", "hit").inc(len(pairs) - len(missing))
+        CACHE.labels("embedding", "miss").inc(len(unique))
         if unique:
-            fresh = dict(zip(unique, self.embedder.embed(unique), strict=True))
+            fresh = dict(zip(unique, embed_timed(self.embedder, unique), strict=True))
             for i in missing:
                 vectors[i] = fresh[pairs[i][1]]
             try:

@@ -24,9 +24,9 @@ class TieredCache:
             return value
         value = self.l2.get(key)
         if value is None:
-            self.stats.l2.misses += 1
+            self.stats.l2.count(misses=1)
             return None
-        self.stats.l2.hits += 1
+        self.stats.l2.count(hits=1)
         self.l1.set(key, value, self.l1_ttl)
         return value
 
@@ -34,9 +34,9 @@ class TieredCache:
         """L1 only (what still answers while Redis is down)."""
         value = self.l1.get(key)
         if value is None:
-            self.stats.l1.misses += 1
+            self.stats.l1.count(misses=1)
         else:
-            self.stats.l1.hits += 1
+            self.stats.l1.count(hits=1)
         return value
 
     def get_many(self, keys: Sequence[str], *, local_only: bool = False) -> dict[str, bytes]:
@@ -49,8 +49,8 @@ class TieredCache:
         missing = [k for k in keys if k not in found]
         if missing and not local_only:
             fetched = self.l2.get_many(missing)
-            self.stats.l2.hits += len(fetched)
-            self.stats.l2.misses += len(missing) - len(fetched)
+            self.stats.l2.count(hits=len(fetched))
+            self.stats.l2.count(misses=len(missing) - len(fetched))
             for key, value in fetched.items():
                 self.l1.set(key, value, self.l1_ttl)
             found.update(fetched)

@@ -35,10 +35,12 @@ from memory_core.errors import SummarizerError
 from memory_core.keys import Keys
 from memory_core.locks import RedisLock
 from memory_core.messages import CompactionReport, CompactRequest
+from memory_core.metrics import COMPACTION_ITEMS, COMPACTIONS, MODEL_TOKENS
 from memory_core.models import ChatMessage, DatetimeRange, MemorySet, MemorySetItem, MessageRole, Scope
 from memory_core.settings import CompactionSettings
 from memory_core.stores import ItemRecord, VectorStore
 from memory_core.stores.base import require_set
+from memory_core.tracing import tracer
 from memory_core.validation import parse
 
 logger = logging.getLogger(__name__)
@@ -95,8 +97,10 @@ class Compactor:
             report = self._run(scope, definition, lock, force=request.force)
             if self.redis.getdel(self.keys.compaction_dirty(*scope)):
                 report = _combine(report, self._run(scope, definition, lock, force=False))
+            COMPACTIONS.labels(report.status).inc()
             return report
         except SummarizerError:
+            COMPACTIONS.labels("failed").inc()
             self.redis.hincrby(self.keys.usage(scope.namespace), "failures", 1)
             raise
         finally:
@@ -113,7 +117,8 @@ class Compactor:
         for batch in self._batches(items):
             if len(batch) < 2:
                 continue
-            summary = self.summarizer.summarize([item.value for item in batch], definition.compaction_config)
+            with tracer.start_as_current_span("summarize", attributes={"items": len(batch)}):
+                summary = self.summarizer.summarize([item.value for item in batch], definition.compaction_config)
             self._apply(scope, definition, batch, summary, report)
             lock.extend()
         report.items_after = self.store.count(scope)
@@ -204,6 +209,9 @@ class Compactor:
         return batches
 
     def _count_usage(self, namespace: str, summary: Summary, folded: int, written: int) -> None:
+        MODEL_TOKENS.labels(summary.model, "input").inc(summary.input_tokens)
+        MODEL_TOKENS.labels(summary.model, "output").inc(summary.output_tokens)
+        COMPACTION_ITEMS.inc(folded)
         with self.redis.pipeline() as pipe:
             key = self.keys.usage(namespace)
             pipe.hincrby(key, f"input_tokens:{summary.model}", summary.input_tokens)

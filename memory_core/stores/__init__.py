@@ -30,8 +30,9 @@ def legacy_collection_name(settings: QdrantSettings, model_name: str) -> str:
 def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
     """Opens the configured store. Called once per worker process, after fork."""
     from memory_core.stores.faults import with_faults
+    from memory_core.stores.metered import metered
 
-    return with_faults(_open(settings, model_name=model_name, dimension=dimension), settings.fault_flag)
+    return with_faults(metered(_open(settings, model_name=model_name, dimension=dimension)), settings.fault_flag)
 
 
 def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import qdrant_edge as qe
@@ -368,6 +369,19 @@ class VectorStore(Protocol):
     def delete_expired(self, now: float, limit: int) -> int:
         """Deletes expired, unpinned items of every namespace: one filtered delete when at most ``limit`` are
         due, else ``limit`` of them (the rest next time). Returns how many went."""
+        ...
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        """Items stored per namespace (expired and compacted ones included), the ``limit`` largest; for metrics."""
+        ...
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The dense vectors of these items of the set, by id (missing ids are absent); for export."""
+        ...
+
+    def snapshot(self, target: Path) -> list[str]:
+        """A consistent copy of the store's data: files under ``target`` (embedded engines) or the server's
+        own snapshots (Qdrant's snapshot API). Writes wait while it is taken. Returns what was made."""
         ...
 
     def optimize(self) -> bool:

@@ -11,6 +11,7 @@ run concurrently.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -128,6 +129,7 @@ class EdgeVectorStore:
         self._path = path
         self._write_lock = threading.Lock()
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
+        self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
         self._items = _open_shard(path / collection, _items_config(dimension))
         registry_vector = qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)
         self._sets = _open_shard(path / f"{collection}__sets", qe.EdgeConfig(vectors={DENSE: registry_vector}))
@@ -397,6 +399,34 @@ class EdgeVectorStore:
     def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
         scope_filter = qe.Filter(must=list(_scope_filter(namespace, key)))
         return sorted((set_from_payload(p) for p in self._scroll(self._sets, scope_filter)), key=lambda d: d.name)
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        with _translated("facet"):
+            response = self._items.facet(qe.FacetRequest("namespace", limit=limit, exact=True))
+        return {str(hit.value): int(hit.count) for hit in response.hits}
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._items.retrieve(ids, with_payload=True, with_vector=True)
+        found: dict[str, list[float]] = {}
+        for r in records:
+            dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+            if r.payload and in_scope(r.payload, scope) and isinstance(dense, list):
+                found[str(r.payload["item_id"])] = [float(x) for x in dense]  # type: ignore[arg-type]  # dense: floats
+        return found
+
+    def snapshot(self, target: Path) -> list[str]:
+        # Writes wait on the lock while the shards are flushed and copied; reads go on.
+        target.mkdir(parents=True, exist_ok=True)
+        copied = []
+        with self._write_lock:
+            for shard, directory in ((self._items, self._items_dir), (self._sets, self._sets_dir)):
+                with _translated("flush"):
+                    shard.flush()
+                shutil.copytree(directory, target / directory.name, ignore=shutil.ignore_patterns("*.lock"))
+                copied.append(str(target / directory.name))
+        return copied
 
     def optimize(self) -> bool:
         # Writes wait while the optimizer swaps segments; reads go on. Seconds per 50k new points (DESIGN).

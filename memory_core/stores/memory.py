@@ -10,10 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from memory_core.errors import ConfigurationError
 from memory_core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.stores.base import (
     LEXICAL,
@@ -184,6 +186,21 @@ class InMemoryVectorStore:
         with self._lock:
             payloads = [p for p in self._sets.values() if p["namespace"] == namespace and p["key"] == key]
         return sorted((set_from_payload(p) for p in payloads), key=lambda d: d.name)
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        with self._lock:
+            for scope, points in self._items.items():
+                counts[scope.namespace] = counts.get(scope.namespace, 0) + len(points)
+        return dict(sorted(counts.items(), key=lambda pair: -pair[1])[:limit])
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        with self._lock:
+            points = self._items.get(scope, {})
+            return {i: [float(x) for x in points[i][1]] for i in dict.fromkeys(item_ids) if i in points}
+
+    def snapshot(self, target: Path) -> list[str]:
+        raise ConfigurationError("the in-memory store keeps nothing to snapshot")
 
     def optimize(self) -> bool:
         return False  # exact search: there is no index to build

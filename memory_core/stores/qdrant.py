@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -417,6 +418,34 @@ class QdrantVectorStore:
             found.extend(set_from_payload(r.payload) for r in records if r.payload)
             if offset is None:
                 return sorted(found, key=lambda d: d.name)
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        with _translated("facet"):
+            response = self._client.facet(self._items, key="namespace", limit=limit, exact=True)
+        return {str(hit.value): int(hit.count) for hit in response.hits}
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=[DENSE])
+        found: dict[str, list[float]] = {}
+        for r in records:
+            dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+            if r.payload and in_scope(r.payload, scope) and isinstance(dense, list):
+                found[str(r.payload["item_id"])] = [float(x) for x in dense]  # type: ignore[arg-type]  # dense: floats
+        return found
+
+    def snapshot(self, target: Path) -> list[str]:
+        # The server writes the snapshots into its own storage (GET /collections/{name}/snapshots lists them);
+        # restore them with its recover API (memory-core restore --snapshot).
+        made = []
+        with _translated("snapshot"):
+            for collection in (self._items, self._sets):
+                description = self._client.create_snapshot(collection, wait=True)
+                if description is None:
+                    raise TransientStoreError(f"Qdrant made no snapshot of {collection}")
+                made.append(f"{collection}/{description.name}")
+        return made
 
     def optimize(self) -> bool:
         return False  # a server's optimizers run in the background; local mode has no index to build

@@ -423,3 +423,35 @@ def test_a_word_every_item_shares_is_no_lexical_evidence(store: VectorStore):
     vector = EMBEDDER.embed(["Alice"])[0]
     assert store.search(SCOPE, vector, 5, {}, text="what about Alice?", mode="lexical") == []
     assert [h.id for h in store.search(SCOPE, vector, 5, {}, text="Alice and her peanuts", mode="lexical")] == ["a2"]
+
+
+def test_namespace_counts_rank_namespaces_by_items(store: VectorStore):
+    store.upsert(SCOPE, [_record(f"a{i}", f"text {i}", i) for i in range(3)])
+    store.upsert(Scope("other", "key", "notes"), [_record("b", "text b", 1)])
+    assert store.namespace_counts(10) == {"ns": 3, "other": 1}
+    assert store.namespace_counts(1) == {"ns": 3}
+
+
+def test_item_vectors_return_the_stored_vectors_of_this_set_only(store: VectorStore):
+    record = _record("a", "first", 1)
+    store.upsert(SCOPE, [record])
+    store.upsert(Scope("other", "key", "notes"), [_record("b", "other", 1)])
+    vectors = store.item_vectors(SCOPE, ["a", "b", "missing"])
+    assert list(vectors) == ["a"]
+    assert vectors["a"] == pytest.approx(list(record.vector), abs=1e-6)
+
+
+def test_an_edge_snapshot_opens_as_a_store_with_the_same_items(tmp_path: Path):
+    store = EdgeVectorStore(tmp_path / "live", collection="contract", dimension=EMBEDDER.dimension)
+    store.put_set("ns", "key", MemorySet(name="notes"))
+    store.upsert(SCOPE, [_record("a", "first", 1), _record("b", "second", 2)])
+    copied = store.snapshot(tmp_path / "copy")
+    store.upsert(SCOPE, [_record("c", "after the snapshot", 3)])
+    store.close()
+    assert sorted(Path(p).name for p in copied) == ["contract", "contract__sets"]
+    restored = EdgeVectorStore(tmp_path / "copy", collection="contract", dimension=EMBEDDER.dimension)
+    try:
+        assert [i.id for i in restored.list_items(SCOPE)] == ["a", "b"]
+        assert restored.get_set("ns", "key", "notes") == MemorySet(name="notes")
+    finally:
+        restored.close()

@@ -1,0 +1,34 @@
+"""Operator tasks: set listings, export and import, store snapshots (``memory-core`` CLI)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from memory_core import routing
+from workers.base import MemoryTask
+
+
+@shared_task(name=routing.LIST_SETS, bind=True, base=MemoryTask)
+def list_sets(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """The sets of a namespace (or of one key), with their sizes."""
+    return self.services.transfer.list_sets(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.EXPORT, bind=True, base=MemoryTask)
+def export(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """A set's item ids, or some of its items with their vectors."""
+    return self.services.transfer.export(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.IMPORT, bind=True, base=MemoryTask)
+def import_items(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Exported items written back as they were (idempotent)."""
+    return {"count": self.services.transfer.import_items(request)}
+
+
+@shared_task(name=routing.BACKUP, bind=True, base=MemoryTask)
+def backup(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """A consistent snapshot of the store."""
+    return self.services.transfer.backup(request).model_dump(mode="json")
