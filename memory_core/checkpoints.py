@@ -25,7 +25,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory_core.errors import BrokerUnavailable, InvalidRequestError
-from memory_core.keys import Keys
+from memory_core.keys import Keys, decoded
 from memory_core.models import ItemId, utcnow
 from memory_core.settings import LimitsSettings
 from memory_core.validation import check_metadata, check_text
@@ -131,7 +131,7 @@ class CheckpointStore:
                 newest = self._redis.zrevrange(order, 0, 0)
                 if not newest:
                     return None
-                checkpoint_id = _text(newest[0])
+                checkpoint_id = decoded(newest[0])
             raw = self._redis.hget(data, checkpoint_id)
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot read a checkpoint from Redis at {self._where}: {exc}") from exc
@@ -154,7 +154,7 @@ class CheckpointStore:
                 top = f"({int(score)}"
             count = -1 if limit is None else limit
             ids = self._redis.zrevrangebyscore(order, top, "-inf", start=0, num=count)
-            raws = self._redis.hmget(data, [_text(i) for i in ids or []]) if ids else []
+            raws = self._redis.hmget(data, [decoded(i) for i in ids or []]) if ids else []
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot list checkpoints from Redis at {self._where}: {exc}") from exc
         return [Checkpoint.model_validate_json(raw) for raw in raws if raw is not None]
@@ -165,7 +165,7 @@ class CheckpointStore:
         pattern = self._keys.checkpoint_pattern(self.namespace, thread_id)
         try:
             found = list(self._redis.scan_iter(pattern, count=1000))
-            orders = [k for k in found if _text(k).endswith(":order")]
+            orders = [k for k in found if decoded(k).endswith(":order")]
             count = sum(int(self._redis.zcard(k)) for k in orders)
             if found:
                 self._redis.delete(*found)
@@ -180,7 +180,7 @@ class CheckpointStore:
             oldest = self._redis.zrange(order, 0, excess - 1)
             with self._redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(order, *oldest)
-                pipe.hdel(data, *[_text(i) for i in oldest])
+                pipe.hdel(data, *[decoded(i) for i in oldest])
                 pipe.execute()
 
     def _redis_keys(self, thread_id: str, checkpoint_ns: str) -> tuple[str, str]:
@@ -199,7 +199,3 @@ class CheckpointStore:
                 "max_metadata_depth": max(self._limits.max_metadata_depth, 16),
             }
         )
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

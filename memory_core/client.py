@@ -35,7 +35,7 @@ from memory_core.coalescing import AddCoalescer
 from memory_core.coordination import Coordinator
 from memory_core.dispatch import Dispatcher, open_redis
 from memory_core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
-from memory_core.keys import Keys
+from memory_core.keys import Keys, decoded
 from memory_core.messages import (
     AddReply,
     AddRequest,
@@ -99,10 +99,6 @@ def _check_query(query: object, limit: object, limits: LimitsSettings) -> None:
     check_text(query, "query", limits.max_query_chars)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= limits.max_search_limit:
         raise InvalidRequestError(f"limit must be an int from 1 to {limits.max_search_limit}, got {limit!r}")
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 _LIFECYCLE = ("importance", "source", "pinned", "ttl", "expires_at")
@@ -364,7 +360,7 @@ class MemoryClient:
             raise BrokerUnavailable(
                 f"cannot read usage from Redis at {redact_url(self.settings.redis.url)}: {exc}"
             ) from exc
-        return Usage.from_counters(namespace, {_text(k): int(v) for k, v in raw.items()})
+        return Usage.from_counters(namespace, {decoded(k): int(v) for k, v in raw.items()})
 
     def forget(self, namespace: str, key: str | None = None) -> ForgetReceipt:
         """Erases everything of a namespace, or of one key in it: items, set definitions, short-term and sensory

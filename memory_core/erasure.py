@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from memory_core.coordination import Coordinator
-from memory_core.keys import Keys
+from memory_core.keys import Keys, decoded
 from memory_core.messages import ForgetReceipt, ForgetRequest
 from memory_core.models import Scope
 from memory_core.stores import VectorStore
@@ -59,7 +59,7 @@ class Eraser:
             k
             for pattern in patterns
             for k in self.redis.scan_iter(pattern, count=1000)
-            if ":version:" not in _text(k) and _text(k) not in keep
+            if ":version:" not in decoded(k) and decoded(k) not in keep
         ]
         if key is not None:
             self._erase_access_fields(namespace, key)
@@ -84,9 +84,5 @@ class Eraser:
         for entry in self.redis.lrange(letters_key, 0, -1):
             request = json.loads(entry).get("kwargs", {}).get("request", {})
             if isinstance(request, dict) and request.get("key") == key:
-                removed += int(self.redis.lrem(letters_key, 1, _text(entry)))
+                removed += int(self.redis.lrem(letters_key, 1, decoded(entry)))
         return removed
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

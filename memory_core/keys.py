@@ -11,6 +11,11 @@ from __future__ import annotations
 _OPS = "!ops"
 
 
+def decoded(value: object) -> str:
+    """A Redis reply value as text (redis-py returns bytes unless asked to decode)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class Keys:
     """Builds Redis keys under one prefix."""
 

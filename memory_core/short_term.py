@@ -35,6 +35,7 @@ from typing import Any, Self
 import redis
 
 from memory_core.errors import BrokerUnavailable, InvalidRequestError
+from memory_core.keys import decoded
 
 NESTED_OBJECT = "NestedObject"
 """What ``get_fields()`` reports for a field that is itself an object (Flink Agents' marker)."""
@@ -132,7 +133,7 @@ class _State:
                 raw = self.redis.hgetall(self.redis_key)
             except redis.RedisError as exc:
                 raise BrokerUnavailable(f"cannot read short-term memory from Redis at {self.where}: {exc}") from exc
-            self._snapshot = {_text(k): json.loads(v) for k, v in raw.items()}
+            self._snapshot = {decoded(k): json.loads(v) for k, v in raw.items()}
         return self._snapshot
 
     def entry(self, field: str) -> dict[str, Any] | None:
@@ -411,7 +412,3 @@ def _expiry(ttl: float | None, field: str) -> dict[str, float]:
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
         raise InvalidRequestError(f"ttl for {field!r} must be a positive number of seconds, got {ttl!r}")
     return {"x": time.time() + ttl}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -15,7 +15,7 @@ import pytest
 
 from .processes import ROOT, free_port, stop
 
-FLOWER = [sys.executable, str(ROOT / "ops" / "flower.py")]
+FLOWER = [str(Path(sys.executable).parent / "memory-core"), "flower"]
 
 
 @contextlib.contextmanager

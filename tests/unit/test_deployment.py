@@ -21,13 +21,22 @@ def test_redis_keeps_an_append_only_file_and_needs_a_password():
 
 def test_every_memory_core_service_uses_the_password_and_restarts():
     services = _services()
-    for name in ("worker", "beat", "flower"):
+    for name in ("worker", "worker-compaction", "beat", "flower"):
         assert services[name]["environment"]["MEMORY_REDIS__URL"].startswith("redis://:${REDIS_PASSWORD:?")
         assert services[name]["restart"] == "unless-stopped"
 
 
-def test_flower_runs_through_ops_flower_with_basic_auth_published_on_loopback_only():
+def test_flower_runs_through_the_cli_with_basic_auth_published_on_loopback_only():
     flower = _services()["flower"]
-    assert flower["command"] == ["python", "ops/flower.py"]
+    assert flower["command"] == ["memory-core", "flower"]
     assert flower["environment"]["MEMORY_FLOWER__BASIC_AUTH"].startswith("${FLOWER_BASIC_AUTH:?")
     assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
+
+
+def test_every_worker_publishes_its_metrics_port_on_loopback_and_compaction_has_its_own_pool():
+    services = _services()
+    assert "memory.compaction" not in services["worker"]["command"][-1]
+    assert services["worker-compaction"]["command"][-2:] == ["-Q", "memory.compaction"]
+    for name in ("worker", "worker-compaction"):
+        assert services[name]["environment"]["MEMORY_METRICS__PORT"] == "9464"
+        assert [p.split(":")[0] for p in services[name]["ports"]] == ["127.0.0.1"]

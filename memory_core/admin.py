@@ -1,0 +1,160 @@
+"""The operator API behind the ``memory-core`` CLI: listings, export and import, snapshots and restore.
+
+Everything that touches items goes through the workers (only a worker opens the store);
+restore of the embedded engine is the exception: it runs with the workers stopped, on the
+data directory itself, and then makes every cached read stale.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from memory_core import routing
+from memory_core.client import MemoryClient
+from memory_core.errors import ConfigurationError, InvalidRequestError, StoreError
+from memory_core.messages import (
+    BackupReply,
+    BackupRequest,
+    ExportedItem,
+    ExportReply,
+    ExportRequest,
+    ImportRequest,
+    ListSetsRequest,
+    SetInfo,
+    SetsReply,
+)
+from memory_core.settings import Settings, redact_url
+
+PAGE = 200
+"""Items per export or import task: big enough to amortize a message, small enough for the broker."""
+
+
+@dataclass(frozen=True)
+class StoredSet:
+    """One set of a namespace, as an export file's header line holds it."""
+
+    namespace: str
+    info: SetInfo
+
+
+class Admin:
+    """Operator calls over a ``MemoryClient``."""
+
+    def __init__(self, client: MemoryClient) -> None:
+        self.client = client
+        self.settings: Settings = client.settings
+
+    def namespaces(self) -> list[str]:
+        """Namespaces with set definitions cached in Redis or usage counters (a hint for ``--all``)."""
+        found: set[str] = set()
+        prefix = self.settings.redis.key_prefix
+        for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:usage", f"{prefix}:*:version:*"):
+            for key in self.client.dispatcher_redis.scan_iter(pattern, count=1000):
+                namespace = key.decode().split(":")[1]
+                if not namespace.startswith("!"):
+                    found.add(namespace)
+        return sorted(found)
+
+    def list_sets(self, namespace: str, key: str | None = None) -> list[SetInfo]:
+        """The namespace's sets (or one key's), with sizes."""
+        request = ListSetsRequest(namespace=namespace, key=key)
+        reply = self.client.dispatcher.call(routing.LIST_SETS, request, _summary(namespace, key=key))
+        return SetsReply.model_validate(reply).sets
+
+    def export_set(self, namespace: str, info: SetInfo, *, vectors: bool) -> Iterator[list[ExportedItem]]:
+        """The set's items in insertion order, a page at a time."""
+        base = {"namespace": namespace, "key": info.key, "set_name": info.definition.name}
+        summary = _summary(namespace, key=info.key, set=info.definition.name)
+        first = self.client.dispatcher.call(routing.EXPORT, ExportRequest(**base), summary)
+        ids = ExportReply.model_validate(first).ids
+        for start in range(0, len(ids), PAGE):
+            request = ExportRequest(**base, ids=ids[start : start + PAGE], vectors=vectors)
+            reply = self.client.dispatcher.call(routing.EXPORT, request, summary)
+            yield ExportReply.model_validate(reply).items
+
+    def import_items(self, namespace: str, key: str, set_name: str, items: Sequence[ExportedItem]) -> int:
+        """Writes exported items back as they were; returns how many."""
+        request = ImportRequest(namespace=namespace, key=key, set_name=set_name, items=list(items))
+        summary = _summary(namespace, key=key, set=set_name, items=len(items))
+        return int(self.client.dispatcher.call(routing.IMPORT, request, summary)["count"])
+
+    def backup(self, label: str, timeout: float = 600.0) -> BackupReply:
+        """Asks a worker for a consistent snapshot of the store, named ``label``."""
+        request = BackupRequest(label=label)
+        dispatcher = self.client.dispatcher
+        task_id = dispatcher.send_raw(
+            routing.BACKUP, {"request": request.model_dump(mode="json")}, json.dumps({"label": label})
+        )
+        return BackupReply.model_validate(dispatcher.wait(routing.OPS_NAMESPACE, task_id, timeout))
+
+    def restore(self, label: str) -> Path:
+        """Puts the embedded engine's snapshot ``label`` in place of its data directory (workers stopped).
+
+        The directory it replaces is kept next to it (``<path>.before-restore-<time>``). Every set's
+        version is bumped, so no cache serves a read from before the restore.
+        """
+        qdrant = self.settings.qdrant
+        if qdrant.backend != "edge":
+            raise ConfigurationError(
+                f"restore of MEMORY_QDRANT__BACKEND={qdrant.backend!r}: recover the snapshots with Qdrant's own "
+                "API (PUT /collections/{name}/snapshots/recover), then run `memory-core restore --caches-only`"
+            )
+        source = self.settings.stack.backup_dir.resolve() / label
+        if not source.is_dir():
+            raise InvalidRequestError(f"no backup {label!r} at {source}")
+        target = qdrant.path.resolve()
+        _refuse_if_open(target, [p.name for p in source.iterdir()])
+        if target.exists():
+            target.rename(target.with_name(f"{target.name}.before-restore-{time.strftime('%Y%m%dT%H%M%S')}"))
+        shutil.copytree(source, target)
+        self.invalidate_caches()
+        return target
+
+    def invalidate_caches(self) -> int:
+        """Bumps every set's version and drops cached definitions; returns how many sets were bumped."""
+        r = self.client.dispatcher_redis
+        prefix = self.settings.redis.key_prefix
+        try:
+            versions = list(r.scan_iter(f"{prefix}:*:version:*", count=1000))
+            with r.pipeline(transaction=False) as pipe:
+                for key in versions:
+                    pipe.incr(key)
+                for key in r.scan_iter(f"{prefix}:*:setdef:*", count=1000):
+                    pipe.delete(key)
+                pipe.execute()
+        except redis.RedisError as exc:
+            raise StoreError(f"restored, but Redis at {redact_url(self.settings.redis.url)} refused: {exc}") from exc
+        return len(versions)
+
+
+def _refuse_if_open(path: Path, shards: list[str]) -> None:
+    """Raises if a process has the embedded engine at ``path`` open: it holds a lock on each shard's WAL folder."""
+    import fcntl
+    import os
+
+    for shard in shards:
+        wal = path / shard / "wal"
+        if not wal.is_dir():
+            continue
+        descriptor = os.open(wal, os.O_RDONLY)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+        except BlockingIOError as exc:
+            raise ConfigurationError(
+                f"a worker has the store at {path} open; stop it first (memory-core down)"
+            ) from exc
+        finally:
+            os.close(descriptor)
+
+
+def _summary(namespace: str, **fields: Any) -> str:
+    return json.dumps({"namespace": namespace, **{k: v for k, v in fields.items() if v is not None}})

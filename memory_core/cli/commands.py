@@ -1,0 +1,487 @@
+"""Data commands: sets, items, forget, dead letters, usage, stats, export/import, backup/restore."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from pydantic import ValidationError
+
+from memory_core import routing
+from memory_core.admin import PAGE, Admin
+from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
+from memory_core.cli.progress import Progress
+from memory_core.client import MemoryClient
+from memory_core.deadletters import DeadLetters
+from memory_core.errors import InvalidRequestError
+from memory_core.messages import CreateSetRequest, ExportedItem
+from memory_core.models import MemorySet, SearchMode
+from memory_core.settings import load_settings
+
+EXPORT_FORMAT = "memory-core-export"
+
+
+def register(sub: Any) -> None:
+    """Adds the data commands to the ``memory-core`` parser."""
+    sets = sub.add_parser("sets", help="list, show or delete memory sets").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    p = sets.add_parser("list", help="the sets of a namespace, with sizes")
+    p.add_argument("namespace")
+    p.add_argument("--key", help="one key only")
+    _json(p).set_defaults(run=_sets_list)
+    p = sets.add_parser("show", help="one set's definition and size")
+    _scope(p)
+    _json(p).set_defaults(run=_sets_show)
+    p = sets.add_parser("delete", help="delete a set and its items")
+    _scope(p)
+    p.add_argument("--yes", action="store_true", help="really delete")
+    p.set_defaults(run=_sets_delete)
+
+    items = sub.add_parser("items", help="get, search or add items").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    p = items.add_parser("get", help="items by id, or all, in insertion order")
+    _scope(p)
+    p.add_argument("ids", nargs="*", help="item ids (all items when none)")
+    _json(p).set_defaults(run=_items_get)
+    p = items.add_parser("search", help="items most relevant to a query")
+    _scope(p)
+    p.add_argument("query")
+    p.add_argument("--limit", type=int, default=10)
+    p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
+    _json(p).set_defaults(run=_items_search)
+    p = items.add_parser("add", help='add items from JSON lines ({"value": ..., "id": ..., "metadata": ...})')
+    _scope(p)
+    p.add_argument("file", nargs="?", default="-", help="a JSONL file, or - for stdin (default)")
+    p.add_argument("--batch", type=int, default=100, help="items per add call")
+    p.set_defaults(run=_items_add)
+
+    p = sub.add_parser("forget", help="erase a namespace (or one key of it) everywhere")
+    p.add_argument("namespace")
+    p.add_argument("--key")
+    p.add_argument("--yes", action="store_true", help="really erase")
+    _json(p).set_defaults(run=_forget)
+
+    letters = sub.add_parser("dead-letters", help="writes that failed for good, kept with their payload")
+    actions = letters.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("list", help="list dead letters")
+    p.add_argument("--namespace")
+    _json(p).set_defaults(run=_letters_list)
+    p = actions.add_parser("replay", help="send a namespace's dead letters again (writes are idempotent)")
+    p.add_argument("--namespace", required=True)
+    p.set_defaults(run=_letters_replay)
+    p = actions.add_parser("drop", help="delete a namespace's dead letters")
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--yes", action="store_true", help="really drop")
+    p.set_defaults(run=_letters_drop)
+
+    p = sub.add_parser("usage", help="summarizer tokens per model, and compactions, per namespace")
+    p.add_argument("namespace", nargs="?", help="one namespace (default: every namespace with usage)")
+    _json(p).set_defaults(run=_usage)
+    p = sub.add_parser("stats", help="cache sizes in Redis, and hit rates from a worker's metrics")
+    p.add_argument("--metrics", help="a worker's metrics URL (default: MEMORY_METRICS__ADDRESS:PORT)")
+    _json(p).set_defaults(run=_stats)
+
+    p = sub.add_parser("export", help="write a namespace (or everything) as JSON lines")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("namespace", nargs="?")
+    target.add_argument("--all", action="store_true", help="every namespace")
+    p.add_argument("-o", "--output", default="-", help="a file, or - for stdout (default)")
+    p.add_argument("--vectors", action="store_true", help="include vectors (import then skips re-embedding)")
+    p.set_defaults(run=_export)
+    p = sub.add_parser("import", help="load an export; re-running an interrupted import resumes it")
+    p.add_argument("file")
+    p.add_argument("--restart", action="store_true", help="ignore the progress of an earlier run")
+    p.set_defaults(run=_import)
+    p = sub.add_parser("backup", help="a consistent snapshot of the store (taken by a worker)")
+    p.add_argument("--label", help="the snapshot's name (default: the time)")
+    _json(p).set_defaults(run=_backup)
+    p = sub.add_parser("restore", help="put a snapshot back (workers stopped), and make cached reads stale")
+    p.add_argument("label")
+    p.add_argument("--yes", action="store_true", help="really replace the store's data")
+    p.set_defaults(run=_restore)
+
+
+def _json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def _scope(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("namespace")
+    parser.add_argument("key")
+    parser.add_argument("set", metavar="SET")
+
+
+@contextmanager
+def _client() -> Iterator[MemoryClient]:
+    with MemoryClient(load_settings()) as client:
+        yield client
+
+
+def _confirm(args: argparse.Namespace, what: str) -> None:
+    if not args.yes:
+        raise InvalidRequestError(f"{what}: pass --yes to do it")
+
+
+# -- sets ---------------------------------------------------------------------
+
+
+def _sets_list(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        found = Admin(client).list_sets(args.namespace, args.key)
+    emit(
+        args,
+        [s.model_dump(mode="json") for s in found],
+        lambda: [
+            f"{s.key:<24} {s.definition.name:<24} {s.size:>8} items  capacity {s.definition.capacity}" for s in found
+        ],
+    )
+    return EXIT_OK
+
+
+def _sets_show(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        ltm = client.long_term(args.namespace, args.key)
+        definition = ltm.get_memory_set(args.set)
+        size = ltm.size(definition)
+    data = {"definition": definition.model_dump(mode="json"), "size": size}
+    emit(args, data, lambda: [json.dumps(data["definition"], indent=2), f"size: {size} items"])
+    return EXIT_OK
+
+
+def _sets_delete(args: argparse.Namespace, rest: list[str]) -> int:
+    _confirm(args, f"delete set {args.set!r} of {args.namespace}/{args.key}")
+    with _client() as client:
+        deleted = client.long_term(args.namespace, args.key).delete_memory_set(args.set)
+    print("deleted" if deleted else "no such set")
+    return EXIT_OK if deleted else EXIT_FAILED
+
+
+# -- items --------------------------------------------------------------------
+
+
+def _items_get(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        items = client.long_term(args.namespace, args.key).get(args.set, args.ids or None)
+    emit(args, [i.model_dump(mode="json") for i in items], lambda: [f"{i.id}  {i.value}" for i in items])
+    return EXIT_OK if items or not args.ids else EXIT_FAILED
+
+
+def _items_search(args: argparse.Namespace, rest: list[str]) -> int:
+    mode: SearchMode = args.mode
+    with _client() as client:
+        hits = client.long_term(args.namespace, args.key).search(args.set, args.query, limit=args.limit, mode=mode)
+    emit(args, [i.model_dump(mode="json") for i in hits], lambda: [f"{i.score:.3f}  {i.id}  {i.value}" for i in hits])
+    return EXIT_OK
+
+
+def _items_add(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client, _open_in(args.file) as lines:
+        ltm = client.long_term(args.namespace, args.key)
+        definition = ltm.get_memory_set(args.set)
+        progress = Progress(f"add to {args.set}")
+        batch: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            ltm.add(
+                definition,
+                [row["value"] for row in batch],
+                ids=[str(row["id"]) if "id" in row else str(uuid.uuid4()) for row in batch],
+                metadatas=[row.get("metadata", {}) for row in batch],
+            )
+            progress.advance(len(batch))
+            batch.clear()
+
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                batch.append(_row(line, number))
+            if len(batch) >= args.batch:
+                flush()
+        if batch:
+            flush()
+        progress.finish()
+    return EXIT_OK
+
+
+def _row(line: str, number: int) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f'line {number} is not JSON ({exc.msg}): expected {{"value": ...}}') from exc
+    if isinstance(row, str):
+        return {"value": row}
+    if not isinstance(row, dict) or "value" not in row:
+        raise InvalidRequestError(f'line {number}: expected a string or an object with "value", got {line[:80]!r}')
+    return row
+
+
+@contextmanager
+def _open_in(name: str) -> Iterator[IO[str]]:
+    if name == "-":
+        yield sys.stdin
+        return
+    with Path(name).open(encoding="utf-8") as handle:
+        yield handle
+
+
+@contextmanager
+def _open_out(name: str) -> Iterator[IO[str]]:
+    if name == "-":
+        yield sys.stdout
+        return
+    with Path(name).open("w", encoding="utf-8") as handle:
+        yield handle
+
+
+# -- forget, dead letters, usage, stats ---------------------------------------
+
+
+def _forget(args: argparse.Namespace, rest: list[str]) -> int:
+    _confirm(args, f"erase namespace {args.namespace!r}" + (f" key {args.key!r}" if args.key else ""))
+    with _client() as client:
+        receipt = client.forget(args.namespace, args.key)
+    data = receipt.model_dump(mode="json")
+    emit(args, data, lambda: [f"{k}: {v}" for k, v in data.items()])
+    return EXIT_OK
+
+
+def _letters(client: MemoryClient) -> DeadLetters:
+    return DeadLetters(client.dispatcher_redis, client.keys, client.dispatcher)
+
+
+def _letters_list(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        letters = _letters(client)
+        namespaces = [args.namespace] if args.namespace else letters.namespaces()
+        found = [letter for ns in namespaces for letter in letters.entries(ns)]
+    emit(
+        args,
+        [letter.model_dump(mode="json", by_alias=True) for letter in found],
+        lambda: [
+            f"{x.failed_at}  {x.namespace}  {x.task}  {x.task_id}  {x.error.get('type')}: {x.error.get('message')}"
+            for x in found
+        ],
+    )
+    return EXIT_OK
+
+
+def _letters_replay(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        sent = _letters(client).replay(args.namespace)
+    print(f"replayed {len(sent)} dead letters of {args.namespace}")
+    return EXIT_OK
+
+
+def _letters_drop(args: argparse.Namespace, rest: list[str]) -> int:
+    _confirm(args, f"drop the dead letters of {args.namespace!r}")
+    with _client() as client:
+        dropped = _letters(client).drop(args.namespace)
+    print(f"dropped {dropped} dead letters of {args.namespace}")
+    return EXIT_OK
+
+
+def _usage(args: argparse.Namespace, rest: list[str]) -> int:
+    with _client() as client:
+        namespaces = [args.namespace] if args.namespace else Admin(client).namespaces()
+        reports = [client.usage(ns) for ns in namespaces]
+    data = [r.model_dump(mode="json") for r in reports]
+
+    def rows() -> list[str]:
+        lines = []
+        for r in reports:
+            for model, t in r.tokens.items():
+                lines.append(
+                    f"{r.namespace:<20} {model:<28} {t.calls:>6} calls {t.input_tokens:>10,} in {t.output_tokens:>9,} out"
+                )
+            lines.append(
+                f"{r.namespace:<20} {r.compactions} compactions, {r.items_folded} items folded, {r.failures} failures"
+            )
+        return lines
+
+    emit(args, data, rows)
+    return EXIT_OK
+
+
+def _stats(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = load_settings()
+    with _client() as client:
+        r = client.dispatcher_redis
+        prefix = settings.redis.key_prefix
+        kinds: dict[str, dict[str, int]] = {}
+        for kind in ("item", "search", "embedding", "setdef"):
+            count = sampled = sampled_bytes = 0
+            for key in r.scan_iter(f"{prefix}:*:{kind}:*", count=1000):
+                count += 1
+                if sampled < 200:  # MEMORY USAGE per key is exact but costly: estimate from a sample
+                    sampled += 1
+                    sampled_bytes += int(r.memory_usage(key) or 0)
+            kinds[kind] = {"entries": count, "approx_bytes": sampled_bytes * count // sampled if sampled else 0}
+        memory = r.info("memory")
+    url = args.metrics or f"http://{settings.metrics.address}:{settings.metrics.port}/metrics"
+    data: dict[str, Any] = {
+        "l2": kinds,
+        "redis_used_memory": memory.get("used_memory"),
+        "hit_rates": _hit_rates(url),
+        "metrics_url": url,
+    }
+
+    def rows() -> list[str]:
+        lines = [f"L2 {k:<10} {v['entries']:>8} entries  ~{v['approx_bytes'] / 1e6:.1f} MB" for k, v in kinds.items()]
+        lines.append(f"Redis used memory: {int(data['redis_used_memory'] or 0) / 1e6:.1f} MB")
+        rates = data["hit_rates"]
+        if rates is None:
+            lines.append(f"hit rates: no worker metrics at {url}")
+        for tier, value in (rates or {}).items():
+            lines.append(f"hit rate {tier:<10} {value['rate']:.1%} of {value['lookups']:,} lookups")
+        return lines
+
+    emit(args, data, rows)
+    return EXIT_OK
+
+
+def _hit_rates(url: str) -> dict[str, dict[str, float]] | None:
+    """Hit rates per cache tier from a worker's Prometheus endpoint; None when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:  # an operator-given http URL
+            text = response.read().decode()
+    except OSError:
+        return None
+    counts: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "memory_core_cache_requests":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total"):
+                tier = counts.setdefault(sample.labels["tier"], {"hit": 0.0, "miss": 0.0})
+                tier[sample.labels["result"]] = sample.value
+    return {
+        tier: {
+            "rate": c["hit"] / (c["hit"] + c["miss"]) if c["hit"] + c["miss"] else 0.0,
+            "lookups": c["hit"] + c["miss"],
+        }
+        for tier, c in counts.items()
+    }
+
+
+# -- export, import, backup, restore -----------------------------------------
+
+
+def _export(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = load_settings()
+    with _client() as client, _open_out(args.output) as out:
+        admin = Admin(client)
+        namespaces = admin.namespaces() if args.all else [args.namespace]
+        header = {"kind": EXPORT_FORMAT, "version": 1, "model": settings.embedder.model, "vectors": args.vectors}
+        out.write(json.dumps(header) + "\n")
+        listed = [(ns, info) for ns in namespaces for info in admin.list_sets(ns)]
+        progress = Progress("export", sum(info.size for _, info in listed))
+        for namespace, info in listed:
+            line = {
+                "kind": "set",
+                "namespace": namespace,
+                "key": info.key,
+                "definition": info.definition.model_dump(mode="json"),
+            }
+            out.write(json.dumps(line) + "\n")
+            for page in admin.export_set(namespace, info, vectors=args.vectors):
+                for exported in page:
+                    row = {"kind": "item", "namespace": namespace, "key": info.key, "set": info.definition.name}
+                    row.update(exported.model_dump(mode="json", exclude_none=True))
+                    out.write(json.dumps(row) + "\n")
+                progress.advance(len(page))
+        progress.finish()
+    return EXIT_OK
+
+
+def _import(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = load_settings()
+    path = Path(args.file)
+    state_file = path.with_name(path.name + ".import-progress")
+    fingerprint = hashlib.sha256(path.read_bytes()[:65536]).hexdigest()[:16]
+    done_lines = 0
+    if state_file.exists() and not args.restart:
+        state = json.loads(state_file.read_text())
+        if state.get("fingerprint") == fingerprint:
+            done_lines = int(state["lines"])
+            print(f"resuming after line {done_lines:,} ({state_file})", file=sys.stderr)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0]) if lines else {}
+    if header.get("kind") != EXPORT_FORMAT:
+        raise InvalidRequestError(
+            f'{path} is not a memory-core export (its first line has no "kind": "{EXPORT_FORMAT}")'
+        )
+    keep_vectors = header.get("model") == settings.embedder.model
+    if header.get("vectors") and not keep_vectors:
+        print(
+            f"the export's vectors are of {header.get('model')!r}, not {settings.embedder.model!r}: re-embedding",
+            file=sys.stderr,
+        )
+    remaining = sum(1 for n, line in enumerate(lines, start=1) if n > done_lines and line.startswith('{"kind": "item"'))
+    progress = Progress("import", remaining)
+    with _client() as client:
+        admin = Admin(client)
+        pending: list[ExportedItem] = []
+        scope: tuple[str, str, str] | None = None
+        last_line = 0
+
+        def flush() -> None:
+            if pending and scope is not None:
+                admin.import_items(*scope, pending)
+                progress.advance(len(pending))
+                pending.clear()
+            state_file.write_text(json.dumps({"fingerprint": fingerprint, "lines": last_line}))
+
+        for number, line in enumerate(lines[1:], start=2):
+            row = json.loads(line)
+            if row.get("kind") == "set":
+                flush()
+                scope = (row["namespace"], row["key"], row["definition"]["name"])
+                definition = MemorySet.model_validate(row["definition"])
+                request = CreateSetRequest(namespace=row["namespace"], key=row["key"], definition=definition)
+                client.dispatcher.call(routing.CREATE_SET, request, json.dumps({"namespace": row["namespace"]}))
+                last_line = number
+                continue
+            if number <= done_lines:  # written by the interrupted run (sets are re-declared: idempotent)
+                continue
+            try:
+                exported = ExportedItem(item=row["item"], vector=row.get("vector") if keep_vectors else None)
+            except (ValidationError, KeyError) as exc:
+                raise InvalidRequestError(f"line {number} of {path} is not an exported item: {exc}") from exc
+            pending.append(exported)
+            last_line = number
+            if len(pending) >= PAGE:
+                flush()
+        flush()
+        progress.finish()
+    state_file.unlink(missing_ok=True)
+    return EXIT_OK
+
+
+def _backup(args: argparse.Namespace, rest: list[str]) -> int:
+    label = args.label or time.strftime("backup-%Y%m%dT%H%M%S")
+    with _client() as client:
+        reply = Admin(client).backup(label)
+    emit(args, reply.model_dump(mode="json"), lambda: [f"snapshot {label!r}: {reply.location}", *reply.parts])
+    return EXIT_OK
+
+
+def _restore(args: argparse.Namespace, rest: list[str]) -> int:
+    _confirm(args, f"replace the store's data with snapshot {args.label!r}")
+    with _client() as client:
+        admin = Admin(client)
+        target = admin.restore(args.label)
+    print(f"restored {args.label!r} into {target}; cached reads invalidated. Start the workers again.")
+    return EXIT_OK

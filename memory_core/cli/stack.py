@@ -1,0 +1,201 @@
+"""``up``, ``down``, ``status``, ``worker``, ``beat``, ``flower``: the processes of memory-core."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import redis
+
+from memory_core import routing
+from memory_core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
+from memory_core.cli.local import LocalStack, answers, celery_command, directory_size, redis_command
+from memory_core.dispatch import open_redis
+from memory_core.keys import Keys, decoded
+from memory_core.settings import Settings, load_settings, redact_url
+
+
+def register(sub: Any) -> None:
+    """Adds the process commands to the ``memory-core`` parser."""
+    up = sub.add_parser("up", help="start a local stack: Redis if none answers, a worker, beat, Flower")
+    up.add_argument("--no-beat", action="store_true", help="no beat (no scheduled maintenance)")
+    up.add_argument("--no-flower", action="store_true", help="no Flower")
+    up.add_argument("--dev-flower", action="store_true", help="Flower without auth, loopback only")
+    up.set_defaults(run=_up)
+    down = sub.add_parser("down", help="stop what `up` started (warm shutdown: tasks in hand finish)")
+    down.set_defaults(run=_down)
+    status = sub.add_parser("status", help="processes, queue depths, dead letters, the store's location and size")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(run=_status)
+    for name, text in (
+        ("worker", "run a worker in the foreground (celery worker options may follow)"),
+        ("beat", "run the beat scheduler in the foreground"),
+    ):
+        parser = sub.add_parser(name, help=text)
+        parser.set_defaults(run=_foreground, passthrough=True, kind=name)
+    flower = sub.add_parser("flower", help="run Flower: basic auth from MEMORY_FLOWER__BASIC_AUTH, or --dev")
+    flower.add_argument("--dev", action="store_true", help="no authentication, and only on 127.0.0.1")
+    flower.set_defaults(run=_flower, passthrough=True)
+
+
+def _settings() -> Settings:
+    return load_settings()
+
+
+def worker_args(settings: Settings) -> list[str]:
+    """``celery worker`` options of the project: log level, a hostname of its own, no mingle or gossip."""
+    return ["-l", "INFO", "--hostname", f"memory-core-{os.getpid()}@%h", "--without-mingle", "--without-gossip"]
+
+
+def beat_args(settings: Settings) -> list[str]:
+    """``celery beat`` options: the schedule file in the run folder."""
+    settings.stack.run_dir.mkdir(parents=True, exist_ok=True)
+    return ["-l", "INFO", "--schedule", str(settings.stack.run_dir.resolve() / "celerybeat-schedule")]
+
+
+def flower_launch(settings: Settings, *, dev: bool, extra: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Flower's command and environment: credentials go through the environment, never the command line."""
+    env = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
+    address = settings.flower.address
+    if dev:
+        address = "127.0.0.1"
+        print("memory-core flower: dev mode: no authentication, listening on 127.0.0.1 only", file=sys.stderr)
+    elif settings.flower.basic_auth is None:
+        raise _Refused(
+            "refusing to start Flower without authentication: set MEMORY_FLOWER__BASIC_AUTH=user:password, "
+            "or pass --dev for a loopback-only dashboard without it"
+        )
+    else:
+        env["FLOWER_BASIC_AUTH"] = settings.flower.basic_auth.get_secret_value()
+    command = celery_command("flower", f"--address={address}", f"--port={settings.flower.port}", *extra)
+    return command, env
+
+
+class _Refused(Exception):
+    pass
+
+
+def _foreground(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = _settings()
+    extra = worker_args(settings) if args.kind == "worker" else beat_args(settings)
+    command = celery_command(args.kind, *extra, *rest)
+    os.execv(command[0], command)  # replaces this process: signals go straight to Celery
+
+
+def _flower(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = _settings()
+    try:
+        command, env = flower_launch(settings, dev=args.dev, extra=rest)
+    except _Refused as exc:
+        print(f"memory-core flower: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    os.execve(command[0], command, env)
+
+
+def _up(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = _settings()
+    local = LocalStack(settings)
+    url = settings.redis.url
+    if not answers(url):
+        process = local.start("redis", redis_command(url, local.run_dir / "redis"))
+        local.wait_until(process, "Ready to accept connections", timeout=15)
+        print(f"redis    pid {process.pid}  {redact_url(url)} (AOF in {local.run_dir / 'redis'})")
+    else:
+        print(f"redis    answers at {redact_url(url)} (not started here)")
+    worker = local.start("worker", celery_command("worker", *worker_args(settings)))
+    local.wait_until(worker, " ready.", timeout=120)
+    print(f"worker   pid {worker.pid}  log {worker.log}")
+    if not args.no_beat:
+        beat = local.start("beat", celery_command("beat", *beat_args(settings)))
+        print(f"beat     pid {beat.pid}  log {beat.log}")
+    if not args.no_flower:
+        try:
+            command, env = flower_launch(settings, dev=args.dev_flower, extra=[])
+        except _Refused:
+            print("flower   not started: set MEMORY_FLOWER__BASIC_AUTH, or pass --dev-flower")
+        else:
+            flower = local.start("flower", command, env)
+            print(
+                f"flower   pid {flower.pid}  http://{settings.flower.address}:{settings.flower.port}  log {flower.log}"
+            )
+    if settings.metrics.enabled:
+        print(f"metrics  http://{settings.metrics.address}:{settings.metrics.port}/metrics")
+    return EXIT_OK
+
+
+def _down(args: argparse.Namespace, rest: list[str]) -> int:
+    local = LocalStack(_settings())
+    for process in reversed(local.processes()):
+        if local.stop(process.name):
+            print(f"stopped {process.name} (pid {process.pid})")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace, rest: list[str]) -> int:
+    settings = _settings()
+    local = LocalStack(settings)
+    report: dict[str, Any] = {
+        "processes": {p.name: {"pid": p.pid, "running": p.running, "log": str(p.log)} for p in local.processes()},
+        "redis": {"url": redact_url(settings.redis.url), "answers": answers(settings.redis.url)},
+        "store": _store(settings),
+    }
+    if report["redis"]["answers"]:
+        report.update(_queues(settings))
+    emit(args, report, lambda: _status_rows(report))
+    return EXIT_OK if report["redis"]["answers"] else EXIT_FAILED
+
+
+def _store(settings: Settings) -> dict[str, Any]:
+    qdrant = settings.qdrant
+    if qdrant.backend == "server":
+        return {"backend": "server", "location": qdrant.url}
+    path = qdrant.path.resolve()
+    return {"backend": qdrant.backend, "location": str(path), "bytes": directory_size(path)}
+
+
+def _queues(settings: Settings) -> dict[str, Any]:
+    client = open_redis(settings)
+    keys = Keys(settings.redis.key_prefix)
+    try:
+        broker_is_redis = settings.broker_url.startswith(("redis://", "rediss://", "unix://"))
+        depths = {q: int(client.llen(q)) for q in routing.QUEUES} if broker_is_redis else {}
+        unacked = int(client.hlen("unacked")) if broker_is_redis else None
+        namespaces = sorted(decoded(n) for n in client.smembers(keys.dead_letter_namespaces()))
+        letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
+        letters = {n: c for n, c in letters.items() if c}
+        unroutable = int(client.llen(keys.unroutable_dead_letters()))
+    except redis.RedisError as exc:
+        return {"error": str(exc)}
+    finally:
+        client.close()
+    return {
+        "queues": depths,
+        "unacked": unacked,
+        "dead_letters": {
+            "total": sum(letters.values()) + unroutable,
+            "by_namespace": letters,
+            "unroutable": unroutable,
+        },
+    }
+
+
+def _status_rows(report: dict[str, Any]) -> list[str]:
+    rows = []
+    for name, p in report["processes"].items():
+        state = f"running (pid {p['pid']})" if p["running"] else "not running"
+        rows.append(f"{name:<8} {state}")
+    rows.append(f"redis    {report['redis']['url']}: {'answers' if report['redis']['answers'] else 'DOES NOT ANSWER'}")
+    for queue, depth in report.get("queues", {}).items():
+        rows.append(f"queue    {queue:<20} {depth} waiting")
+    if report.get("unacked") is not None:
+        rows.append(f"unacked  {report['unacked']} delivered, not yet acknowledged")
+    if "dead_letters" in report:
+        letters = report["dead_letters"]
+        detail = ", ".join(f"{n}: {c}" for n, c in letters["by_namespace"].items()) or "none"
+        rows.append(f"dead     {letters['total']} dead letters ({detail})")
+    store = report["store"]
+    size = f", {store['bytes'] / 1e6:.1f} MB" if "bytes" in store else ""
+    rows.append(f"store    {store['backend']} at {store['location']}{size}")
+    return rows
