@@ -72,13 +72,21 @@ class NamespaceItems(Collector):
         self._lock = threading.Lock()
         self._cached: tuple[float, dict[str, int]] | None = None
 
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        # Registration calls this instead of collect(), which would open the store and cache an early answer.
+        yield self._family()
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "memory_core_items", "Items stored, by namespace (largest only).", labels=["namespace"]
-        )
+        family = self._family()
         for namespace, count in self._snapshot().items():
             family.add_metric([namespace], count)
         yield family
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "memory_core_items", "Items stored, by namespace (largest only).", labels=["namespace"]
+        )
 
     def _snapshot(self) -> dict[str, int]:
         with self._lock:

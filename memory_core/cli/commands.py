@@ -410,11 +410,11 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
     settings = load_settings()
     path = Path(args.file)
     state_file = path.with_name(path.name + ".import-progress")
-    fingerprint = hashlib.sha256(path.read_bytes()[:65536]).hexdigest()[:16]
+    digest = fingerprint(path)
     done_lines = 0
     if state_file.exists() and not args.restart:
         state = json.loads(state_file.read_text())
-        if state.get("fingerprint") == fingerprint:
+        if state.get("fingerprint") == digest:
             done_lines = int(state["lines"])
             print(f"resuming after line {done_lines:,} ({state_file})", file=sys.stderr)
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -442,7 +442,7 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
                 admin.import_items(*scope, pending)
                 progress.advance(len(pending))
                 pending.clear()
-            state_file.write_text(json.dumps({"fingerprint": fingerprint, "lines": last_line}))
+            state_file.write_text(json.dumps({"fingerprint": digest, "lines": last_line}))
 
         for number, line in enumerate(lines[1:], start=2):
             row = json.loads(line)
@@ -468,6 +468,15 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
         progress.finish()
     state_file.unlink(missing_ok=True)
     return EXIT_OK
+
+
+def fingerprint(path: Path) -> str:
+    """What an import's progress file is tied to: the export's content (a different file starts over)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def _backup(args: argparse.Namespace, rest: list[str]) -> int:

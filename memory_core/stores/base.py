@@ -372,7 +372,9 @@ class VectorStore(Protocol):
         ...
 
     def namespace_counts(self, limit: int) -> dict[str, int]:
-        """Items stored per namespace (expired and compacted ones included), the ``limit`` largest; for metrics."""
+        """Items stored per namespace (visible ones; a server may count expired ones too), the ``limit`` largest.
+
+        For metrics: cheap enough to run every scrape interval, not exact to the last write."""
         ...
 
     def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:

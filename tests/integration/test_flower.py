@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .processes import ROOT, free_port, stop
+from .processes import free_port, stop
 
 FLOWER = [str(Path(sys.executable).parent / "memory-core"), "flower"]
 

@@ -426,6 +426,8 @@ def test_a_word_every_item_shares_is_no_lexical_evidence(store: VectorStore):
 
 
 def test_namespace_counts_rank_namespaces_by_items(store: VectorStore):
+    store.put_set("ns", "key", MemorySet(name="notes"))
+    store.put_set("other", "key", MemorySet(name="notes"))
     store.upsert(SCOPE, [_record(f"a{i}", f"text {i}", i) for i in range(3)])
     store.upsert(Scope("other", "key", "notes"), [_record("b", "text b", 1)])
     assert store.namespace_counts(10) == {"ns": 3, "other": 1}

@@ -1,0 +1,157 @@
+"""The memory-core CLI as scripts use it: real subprocesses against the session's worker, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memory_core import MemoryClient
+from memory_core.cli.commands import fingerprint
+from memory_core.settings import Settings
+
+from .processes import free_port
+
+CLI = str(Path(sys.executable).parent / "memory-core")
+
+
+def run(
+    settings: Settings, cwd: Path, *args: str, stdin: str | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    variables = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "MEMORY_REDIS__URL": settings.redis.url,
+        "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
+        "MEMORY_CLIENT__TIMEOUT": "30",
+        "MEMORY_METRICS__PORT": str(free_port()),  # nobody serves metrics there: stats must say so, not fail
+        **env,
+    }
+    return subprocess.run(
+        [CLI, *args], input=stdin, capture_output=True, text=True, env=variables, cwd=cwd, timeout=120, check=False
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout) if done.stdout.lstrip().startswith(("[", "{")) else done.stdout
+
+
+def test_help_works_for_every_command(settings: Settings, tmp_path: Path):
+    for command in ("up", "down", "status", "sets", "items", "export", "import", "backup", "restore", "dead-letters"):
+        done = run(settings, tmp_path, command, "--help")
+        assert done.returncode == 0, done.stderr
+        assert "usage: memory-core" in done.stdout
+
+
+def test_items_add_reads_jsonl_and_sets_items_and_search_list_them(
+    client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path
+):
+    client.long_term(namespace, "alice").get_or_create_memory_set("notes", capacity=1000)
+    lines = ['{"value": "Alice prefers green tea", "id": "tea", "metadata": {"src": "chat"}}', '"Alice moved to Lyon"']
+    lines += [json.dumps({"value": f"project fact {i}"}) for i in range(150)]
+    done = run(settings, tmp_path, "items", "add", namespace, "alice", "notes", stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    assert "152 items" in done.stderr  # progress goes to stderr
+    listed = ok(run(settings, tmp_path, "sets", "list", namespace, "--json"))
+    assert [(s["key"], s["definition"]["name"], s["size"]) for s in listed] == [("alice", "notes", 152)]
+    hits = ok(run(settings, tmp_path, "items", "search", namespace, "alice", "notes", "green tea", "--json"))
+    assert hits[0]["id"] == "tea"
+    assert hits[0]["additional_metadata"] == {"src": "chat"}
+    got = ok(run(settings, tmp_path, "items", "get", namespace, "alice", "notes", "tea", "--json"))
+    assert [i["value"] for i in got] == ["Alice prefers green tea"]
+
+
+def test_exit_codes_scripts_can_rely_on(settings: Settings, namespace: str, tmp_path: Path, worker: object):
+    missing = run(settings, tmp_path, "sets", "show", namespace, "k", "nope")
+    assert missing.returncode == 1
+    assert "MemorySetNotFound" in missing.stderr
+    assert run(settings, tmp_path, "sets", "frobnicate").returncode == 2
+    bad_line = run(settings, tmp_path, "forget", namespace)  # no --yes
+    assert bad_line.returncode == 2
+    assert "--yes" in bad_line.stderr
+    unreachable = run(settings, tmp_path, "sets", "list", namespace, MEMORY_REDIS__URL="redis://127.0.0.1:1/0")
+    assert unreachable.returncode == 3, unreachable.stderr
+
+
+def test_export_then_import_after_a_forget_brings_every_item_back_and_a_rerun_adds_nothing(
+    client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path
+):
+    ltm = client.long_term(namespace, "u")
+    notes = ltm.get_or_create_memory_set("notes", capacity=1000)
+    chat = client.long_term(namespace, "v").get_or_create_memory_set("facts", capacity=1000, dedup="none")
+    notes.add([f"note {i}" for i in range(450)], ids=[f"n{i}" for i in range(450)], importance=0.9)
+    chat.add(["short", "lived"], ids=["s", "l"], pinned=True)
+    before = {s: _export_items(settings, tmp_path, namespace, s) for s in ("u", "v")}
+    export = tmp_path / "ns.jsonl"
+    done = run(settings, tmp_path, "export", namespace, "--vectors", "-o", str(export))
+    assert done.returncode == 0, done.stderr
+    assert "452/452 items" in done.stderr
+
+    ok(run(settings, tmp_path, "forget", namespace, "--yes", "--json"))
+    assert ok(run(settings, tmp_path, "sets", "list", namespace, "--json")) == []
+    done = run(settings, tmp_path, "import", str(export))
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "ns.jsonl.import-progress").exists()
+    assert ok(run(settings, tmp_path, "import", str(export))).strip() == ""  # a second run: same items, no copies
+
+    sizes = {
+        (s["key"], s["definition"]["name"]): s["size"]
+        for s in ok(run(settings, tmp_path, "sets", "list", namespace, "--json"))
+    }
+    assert sizes == {("u", "notes"): 450, ("v", "facts"): 2}
+    after = {s: _export_items(settings, tmp_path, namespace, s) for s in ("u", "v")}
+    assert after == before  # ids, values, order, times, lifecycle fields and vectors
+
+
+def test_an_interrupted_import_resumes_where_it_stopped(
+    client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path
+):
+    notes = client.long_term(namespace, "u").get_or_create_memory_set("notes", capacity=1000)
+    notes.add([f"note {i}" for i in range(300)], ids=[f"n{i}" for i in range(300)])
+    export = tmp_path / "ns.jsonl"
+    ok(run(settings, tmp_path, "export", namespace, "-o", str(export)))
+    ok(run(settings, tmp_path, "forget", namespace, "--yes"))
+    lines = export.read_text().splitlines()
+    # As if a run had written the first 100 items and died: its progress file says so.
+    partial = tmp_path / "partial.jsonl"
+    partial.write_text("\n".join(lines[:102]) + "\n")
+    ok(run(settings, tmp_path, "import", str(partial)))
+    assert notes.size() == 100
+    progress = tmp_path / "ns.jsonl.import-progress"
+    progress.write_text(json.dumps({"fingerprint": fingerprint(export), "lines": 102}))
+    done = run(settings, tmp_path, "import", str(export))
+    assert done.returncode == 0, done.stderr
+    assert "resuming after line 102" in done.stderr
+    assert "200/200 items" in done.stderr  # only what the first run had not written
+    assert notes.size() == 300
+
+
+def test_dead_letters_usage_and_stats_answer_in_json(
+    settings: Settings, namespace: str, tmp_path: Path, worker: object
+):
+    assert ok(run(settings, tmp_path, "dead-letters", "list", "--namespace", namespace, "--json")) == []
+    usage = ok(run(settings, tmp_path, "usage", namespace, "--json"))
+    assert usage[0]["namespace"] == namespace
+    stats = ok(run(settings, tmp_path, "stats", "--json"))
+    assert set(stats["l2"]) == {"item", "search", "embedding", "setdef"}
+    assert stats["hit_rates"] is None  # no worker metrics at that port: said, not an error
+
+
+def _export_items(settings: Settings, cwd: Path, namespace: str, key: str) -> list[dict[str, Any]]:
+    out = cwd / f"{key}.jsonl"
+    ok(run(settings, cwd, "export", namespace, "--vectors", "-o", str(out)))
+    rows = [json.loads(line) for line in out.read_text().splitlines()[1:]]
+    items = [r for r in rows if r["kind"] == "item" and r["key"] == key]
+    for row in items:
+        row["item"].pop("last_accessed_time")  # reads move it on; everything else must be equal
+        row["vector"] = [round(x, 5) for x in row["vector"]]
+    return items
+
+
+@pytest.fixture(autouse=True)
+def _worker_runs(worker: object) -> None:
+    """Every CLI test talks to the session's worker."""
