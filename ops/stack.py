@@ -20,32 +20,14 @@ from urllib.parse import urlsplit
 
 import redis
 
+from memory_core.cli.local import answers, redis_binary
+
 ROOT = Path(__file__).resolve().parent.parent
 RUN_DIR = ROOT / "ops" / ".run"
 VENV_BIN = Path(sys.executable).parent
 
 
-def _answers(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url, socket_connect_timeout=1).ping())
-    except redis.RedisError:
-        return False
-
-
-def _redis_binary() -> str:
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    if os.geteuid() == 0 and shutil.which("apt-get"):
-        print("redis-server is missing; installing Debian's redis-server package", flush=True)
-        subprocess.run(["apt-get", "update", "-qq"], check=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True)
-        found = shutil.which("redis-server")
-    if not found:
-        raise SystemExit(
-            "redis-server is not installed: apt-get install redis-server (or point MEMORY_REDIS__URL at one)"
-        )
-    return found
+_answers = answers
 
 
 @contextlib.contextmanager
@@ -63,7 +45,7 @@ def redis_server(url: str) -> Iterator[bool]:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     port = parts.port or 6379
     process = subprocess.Popen(
-        [_redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=(RUN_DIR / f"redis-{port}.log").open("w"),
         stderr=subprocess.STDOUT,
     )

@@ -46,6 +46,10 @@ def create_app(settings: Settings) -> Celery:
             # within about visibility_timeout + 10 s (one cheap ZRANGE per scan).
             "unacked_restore_interval": max(1, min(10, settings.celery.visibility_timeout // 5)),
             "unacked_restore_throttle": 1,
+            # Restores take a Redis mutex that expires after 300 s by default. Redis killed mid-restore
+            # keeps it in its AOF, and then nothing was redelivered for 5 minutes after the restart
+            # (tests/faults/test_redis_restart.py stalled on it). A pass takes milliseconds.
+            "unacked_mutex_expire": 30,
         },
         task_serializer="json",
         result_serializer="json",
