@@ -343,7 +343,7 @@ def _stats(args: argparse.Namespace, rest: list[str]) -> int:
         if rates is None:
             lines.append(f"hit rates: no worker metrics at {url}")
         for tier, value in (rates or {}).items():
-            lines.append(f"hit rate {tier:<10} {value['rate']:.1%} of {value['lookups']:,} lookups")
+            lines.append(f"hit rate {tier:<10} {value['rate']:.1%} of {value['lookups']:,.0f} lookups")
         return lines
 
     emit(args, data, rows)

@@ -45,7 +45,7 @@ def test_a_failing_count_leaves_the_scrape_working():
 
 
 def test_the_dashboard_names_only_series_the_code_exports():
-    exported = {name for name in REGISTRY._names_to_collectors if name.startswith("memory_core_")}  # noqa: SLF001
+    exported = {name for name in REGISTRY._names_to_collectors if name.startswith("memory_core_")}
     exported.add("memory_core_items")
     dashboard = json.loads((ROOT / "ops" / "grafana-dashboard.json").read_text())
     used = {m for p in dashboard["panels"] for t in p["targets"] for m in re.findall(r"memory_core_\w+", t["expr"])}
