@@ -25,8 +25,13 @@ def test_items_per_namespace_show_the_largest_and_sum_the_rest():
 
 
 def test_items_per_namespace_are_counted_at_scrape_time_and_cached_briefly():
-    calls = []
-    collector = NamespaceItems(lambda: calls.append(1) or {"a": 1}, top=5, max_age=60)
+    calls: list[int] = []
+
+    def count() -> dict[str, int]:
+        calls.append(1)
+        return {"a": 1}
+
+    collector = NamespaceItems(count, top=5, max_age=60)
     REGISTRY.register(collector)  # registration must not count (it would open the store at start-up)
     try:
         assert calls == []
