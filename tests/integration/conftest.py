@@ -48,6 +48,7 @@ def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settin
         "qdrant": {"backend": "edge", "path": data_dir},
         "celery": {"concurrency": 2, "max_retries": 2, "retry_backoff_max": 1},
         "client": {"timeout": 30},
+        "metrics": {"port": 0},  # in-thread workers serve metrics on a free port, never a fixed one
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]  # test-only construction

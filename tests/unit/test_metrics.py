@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry
 
 from memory_core import metrics
 from memory_core.metrics import NamespaceItems
@@ -32,14 +32,11 @@ def test_items_per_namespace_are_counted_at_scrape_time_and_cached_briefly():
         return {"a": 1}
 
     collector = NamespaceItems(count, top=5, max_age=60)
-    REGISTRY.register(collector)  # registration must not count (it would open the store at start-up)
-    try:
-        assert calls == []
-        assert _samples(collector) == {"a": 1}
-        assert _samples(collector) == {"a": 1}
-        assert len(calls) == 1
-    finally:
-        REGISTRY.unregister(collector)
+    CollectorRegistry(auto_describe=True).register(collector)  # must not count: it would open the store at start-up
+    assert calls == []
+    assert _samples(collector) == {"a": 1}
+    assert _samples(collector) == {"a": 1}
+    assert len(calls) == 1
 
 
 def test_a_failing_count_leaves_the_scrape_working():
