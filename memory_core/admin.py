@@ -7,11 +7,12 @@ data directory itself, and then makes every cached read stale.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import redis
 from memory_core import routing
 from memory_core.client import MemoryClient
 from memory_core.errors import ConfigurationError, InvalidRequestError, StoreError
+from memory_core.keys import decoded
 from memory_core.messages import (
     BackupReply,
     BackupRequest,
@@ -37,14 +39,6 @@ PAGE = 200
 """Items per export or import task: big enough to amortize a message, small enough for the broker."""
 
 
-@dataclass(frozen=True)
-class StoredSet:
-    """One set of a namespace, as an export file's header line holds it."""
-
-    namespace: str
-    info: SetInfo
-
-
 class Admin:
     """Operator calls over a ``MemoryClient``."""
 
@@ -58,7 +52,7 @@ class Admin:
         prefix = self.settings.redis.key_prefix
         for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:usage", f"{prefix}:*:version:*"):
             for key in self.client.dispatcher_redis.scan_iter(pattern, count=1000):
-                namespace = key.decode().split(":")[1]
+                namespace = decoded(key).split(":")[1]
                 if not namespace.startswith("!"):
                     found.add(namespace)
         return sorted(found)
@@ -137,9 +131,6 @@ class Admin:
 
 def _refuse_if_open(path: Path, shards: list[str]) -> None:
     """Raises if a process has the embedded engine at ``path`` open: it holds a lock on each shard's WAL folder."""
-    import fcntl
-    import os
-
     for shard in shards:
         wal = path / shard / "wal"
         if not wal.is_dir():

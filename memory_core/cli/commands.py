@@ -107,7 +107,12 @@ def register(sub: Any) -> None:
     p.add_argument("--label", help="the snapshot's name (default: the time)")
     _json(p).set_defaults(run=_backup)
     p = sub.add_parser("restore", help="put a snapshot back (workers stopped), and make cached reads stale")
-    p.add_argument("label")
+    p.add_argument("label", nargs="?", help="the snapshot (not with --caches-only)")
+    p.add_argument(
+        "--caches-only",
+        action="store_true",
+        help="only make cached reads stale (after recovering a Qdrant server's snapshots with its own API)",
+    )
     p.add_argument("--yes", action="store_true", help="really replace the store's data")
     p.set_defaults(run=_restore)
 
@@ -488,6 +493,13 @@ def _backup(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _restore(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.caches_only == (args.label is not None):
+        raise InvalidRequestError("restore takes a snapshot label, or --caches-only (not both)")
+    if args.caches_only:
+        with _client() as client:
+            bumped = Admin(client).invalidate_caches()
+        print(f"cached reads of {bumped} sets invalidated")
+        return EXIT_OK
     _confirm(args, f"replace the store's data with snapshot {args.label!r}")
     with _client() as client:
         admin = Admin(client)

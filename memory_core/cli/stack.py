@@ -40,10 +40,6 @@ def register(sub: Any) -> None:
     flower.set_defaults(run=_flower, passthrough=True)
 
 
-def _settings() -> Settings:
-    return load_settings()
-
-
 def worker_args(settings: Settings) -> list[str]:
     """``celery worker`` options of the project: log level, a hostname of its own, no mingle or gossip."""
     return ["-l", "INFO", "--hostname", f"memory-core-{os.getpid()}@%h", "--without-mingle", "--without-gossip"]
@@ -78,14 +74,14 @@ class _Refused(Exception):
 
 
 def _foreground(args: argparse.Namespace, rest: list[str]) -> int:
-    settings = _settings()
+    settings = load_settings()
     extra = worker_args(settings) if args.kind == "worker" else beat_args(settings)
     command = celery_command(args.kind, *extra, *rest)
     os.execv(command[0], command)  # replaces this process: signals go straight to Celery
 
 
 def _flower(args: argparse.Namespace, rest: list[str]) -> int:
-    settings = _settings()
+    settings = load_settings()
     try:
         command, env = flower_launch(settings, dev=args.dev, extra=rest)
     except _Refused as exc:
@@ -95,7 +91,7 @@ def _flower(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _up(args: argparse.Namespace, rest: list[str]) -> int:
-    settings = _settings()
+    settings = load_settings()
     local = LocalStack(settings)
     url = settings.redis.url
     if not answers(url):
@@ -126,7 +122,7 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _down(args: argparse.Namespace, rest: list[str]) -> int:
-    local = LocalStack(_settings())
+    local = LocalStack(load_settings())
     for process in reversed(local.processes()):
         if local.stop(process.name):
             print(f"stopped {process.name} (pid {process.pid})")
@@ -134,7 +130,7 @@ def _down(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _status(args: argparse.Namespace, rest: list[str]) -> int:
-    settings = _settings()
+    settings = load_settings()
     local = LocalStack(settings)
     report: dict[str, Any] = {
         "processes": {p.name: {"pid": p.pid, "running": p.running, "log": str(p.log)} for p in local.processes()},

@@ -141,6 +141,19 @@ def test_dead_letters_usage_and_stats_answer_in_json(
     assert stats["hit_rates"] is None  # no worker metrics at that port: said, not an error
 
 
+def test_restore_caches_only_makes_cached_reads_stale(
+    client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path, raw_redis: Any
+):
+    notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
+    notes.add(["a fact"])
+    key = client.keys.set_version(namespace, "u", "notes")
+    before = int(raw_redis.get(key) or 0)
+    done = run(settings, tmp_path, "restore", "--caches-only")
+    assert done.returncode == 0, done.stderr
+    assert int(raw_redis.get(key)) == before + 1
+    assert run(settings, tmp_path, "restore").returncode == 2  # neither a label nor --caches-only
+
+
 def _export_items(settings: Settings, cwd: Path, namespace: str, key: str) -> list[dict[str, Any]]:
     out = cwd / f"{key}.jsonl"
     ok(run(settings, cwd, "export", namespace, "--vectors", "-o", str(out)))
