@@ -111,6 +111,8 @@ class Dispatcher:
                 "interval_start": 0,
                 "interval_step": 0.2,
                 "interval_max": 0.5,
+                # The workers' prefix (workers/app.py): this deployment's queues, not another's on the same DB.
+                **({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
             },
         )
         self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}

@@ -326,6 +326,18 @@ class Settings(BaseSettings):
         """The Celery broker: ``celery.broker_url`` when set, else the Redis URL."""
         return self.celery.broker_url or self.redis.url
 
+    @property
+    def broker_is_redis(self) -> bool:
+        """Whether the broker is Redis (then its queues are keys of ``broker_key_prefix``)."""
+        return urlsplit(self.broker_url).scheme in {"redis", "rediss", "unix"}
+
+    @property
+    def broker_key_prefix(self) -> str:
+        """Prepended to every broker key (queues, unacked index) on a Redis broker, so deployments with their
+        own ``redis.key_prefix`` can share a Redis database without taking each other's tasks. Not under
+        ``{key_prefix}:``, so nothing that scans the cache keys touches queued tasks."""
+        return f"{self.redis.key_prefix}/" if self.broker_is_redis else ""
+
 
 def load_settings(**overrides: object) -> Settings:
     """Builds ``Settings`` from the environment, turning validation errors into ``ConfigurationError``.

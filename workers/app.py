@@ -50,6 +50,9 @@ def create_app(settings: Settings) -> Celery:
             # keeps it in its AOF, and then nothing was redelivered for 5 minutes after the restart
             # (tests/faults/test_redis_restart.py stalled on it). A pass takes milliseconds.
             "unacked_mutex_expire": 30,
+            # Queues and the unacked index under this deployment's prefix: another deployment on the
+            # same Redis database (its own MEMORY_REDIS__KEY_PREFIX) never takes these tasks.
+            **({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
         },
         task_serializer="json",
         result_serializer="json",

@@ -155,9 +155,10 @@ def _queues(settings: Settings) -> dict[str, Any]:
     client = open_redis(settings)
     keys = Keys(settings.redis.key_prefix)
     try:
-        broker_is_redis = settings.broker_url.startswith(("redis://", "rediss://", "unix://"))
-        depths = {q: int(client.llen(q)) for q in routing.QUEUES} if broker_is_redis else {}
-        unacked = int(client.hlen("unacked")) if broker_is_redis else None
+        broker_is_redis = settings.broker_is_redis
+        prefix = settings.broker_key_prefix
+        depths = {q: int(client.llen(prefix + q)) for q in routing.QUEUES} if broker_is_redis else {}
+        unacked = int(client.hlen(prefix + "unacked")) if broker_is_redis else None
         namespaces = sorted(decoded(n) for n in client.smembers(keys.dead_letter_namespaces()))
         letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
         letters = {n: c for n, c in letters.items() if c}

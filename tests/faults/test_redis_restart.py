@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core import MemoryClient, MemoryCoreError, routing
+from memory_core import MemoryClient, MemoryCoreError
 from memory_core.settings import Settings
 from tests.integration.processes import celery_process, free_port, start_redis, stop
-from tests.integration.waiting import wait_for
+from tests.integration.waiting import broker_drained, wait_for
 
 CLIENTS = 3
 RESTARTS = 3
@@ -138,7 +138,7 @@ def test_sigkilled_redis_under_load_loses_no_acknowledged_add(tmp_path: Path):
                 thread.join()
 
             broker = redis.Redis(port=port)
-            wait_for(lambda: sum(int(broker.llen(q)) for q in routing.QUEUES) == 0 and not broker.hlen("unacked"), 120)
+            wait_for(lambda: broker_drained(broker, settings), 120)
             broker.close()
             items = memory_set.get()
     finally:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core import MemoryClient, MemoryCoreError, routing
+from memory_core import MemoryClient, MemoryCoreError
 from memory_core.settings import Settings
 from tests.integration.processes import celery_process
-from tests.integration.waiting import wait_for
+from tests.integration.waiting import broker_drained, wait_for
 
 CLIENTS = 4
 ITEMS_PER_CLIENT = 1250
@@ -76,7 +76,7 @@ def test_twenty_sigkills_during_a_5000_item_load_lose_and_duplicate_nothing(faul
             thread.join()
 
         broker = redis.Redis.from_url(fault_redis_url)
-        wait_for(lambda: sum(int(broker.llen(q)) for q in routing.QUEUES) == 0 and not broker.hlen("unacked"), 120)
+        wait_for(lambda: broker_drained(broker, settings), 120)
         items = notes.get()
 
     ids = [item.id for item in items]

@@ -11,20 +11,22 @@ from memory_core.dispatch import celery_message
 from memory_core.messages import AddRequest, NewItem
 from memory_core.models import utcnow
 from memory_core.routing import ROUTES
+from memory_core.settings import Settings
 
 
 def publish_raw(
-    broker_url: str,
+    settings: Settings,
     task: str,
     kwargs: dict[str, Any],
     *,
     task_id: str | None = None,
     serializer: str = "json",
 ) -> str:
-    """Publishes one Celery protocol-2 message to the task's queue; returns its task id."""
+    """Publishes one Celery protocol-2 message to the task's queue (this deployment's); returns its task id."""
     task_id = task_id or str(uuid.uuid4())
     body, headers = celery_message(task, task_id, kwargs, "raw")
-    with Connection(broker_url) as conn:
+    options = {"global_keyprefix": settings.broker_key_prefix}
+    with Connection(settings.broker_url, transport_options=options) as conn:
         conn.Producer().publish(
             body, exchange="", routing_key=ROUTES[task], serializer=serializer, headers=headers, correlation_id=task_id
         )

@@ -25,7 +25,8 @@ def idle_client(redis_url: str, tmp_path: Path) -> Iterator[MemoryClient]:
 
 def _queued(client: MemoryClient) -> int:
     r = redis.Redis.from_url(client.settings.broker_url)
-    return sum(int(r.llen(queue)) for queue in routing.QUEUES)
+    prefix = client.settings.broker_key_prefix
+    return sum(int(r.llen(prefix + queue)) for queue in routing.QUEUES)
 
 
 TEXT_SET = MemorySet(name="notes", item_type=str)

@@ -214,5 +214,5 @@ def test_the_sweep_compacts_sets_left_over_capacity(
     wait_for(lambda: client.usage(namespace).failures >= 3)
     assert notes.size() == 3
     fake_anthropic.behave("ok")
-    publish_raw(client.settings.broker_url, routing.COMPACTION_SWEEP, {})
+    publish_raw(client.settings, routing.COMPACTION_SWEEP, {})
     wait_for(lambda: notes.size() == 1)

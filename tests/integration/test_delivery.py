@@ -16,8 +16,8 @@ from .waiting import wait_for
 def test_the_same_add_message_delivered_twice_leaves_one_copy(client: MemoryClient, namespace: str):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
     kwargs = add_kwargs(namespace, "a", "remember me")
-    task_id = publish_raw(client.settings.broker_url, routing.ADD, kwargs)
-    publish_raw(client.settings.broker_url, routing.ADD, kwargs, task_id=task_id)  # a redelivery
+    task_id = publish_raw(client.settings, routing.ADD, kwargs)
+    publish_raw(client.settings, routing.ADD, kwargs, task_id=task_id)  # a redelivery
     client.dispatcher.wait(namespace, task_id)
     client.dispatcher.wait(namespace, task_id)  # both deliveries replied
     assert [(i.id, i.value) for i in notes.get()] == [("a", "remember me")]
@@ -29,7 +29,7 @@ def test_a_message_of_an_unknown_schema_version_is_refused_and_dead_lettered(
 ):
     client.long_term(namespace, "u").get_or_create_memory_set("notes")
     payload = {"v": 99, "namespace": namespace, "key": "u", "set_name": "notes", "items": []}
-    task_id = publish_raw(client.settings.broker_url, routing.ADD, {"request": payload})
+    task_id = publish_raw(client.settings, routing.ADD, {"request": payload})
     with pytest.raises(InvalidRequestError, match="v"):
         client.dispatcher.wait(namespace, task_id)
     key = client.keys.dead_letters(namespace)
@@ -43,13 +43,13 @@ def test_a_message_of_an_unknown_schema_version_is_refused_and_dead_lettered(
 
 
 def test_a_message_naming_no_valid_namespace_goes_to_the_unroutable_dead_letters(client: MemoryClient, raw_redis):
-    publish_raw(client.settings.broker_url, routing.ADD, {"request": {"namespace": "a:b", "v": 1}})
+    publish_raw(client.settings, routing.ADD, {"request": {"namespace": "a:b", "v": 1}})
     wait_for(lambda: raw_redis.llen(client.keys.unroutable_dead_letters()) == 1)
 
 
 def test_a_failed_read_is_reported_but_not_dead_lettered(client: MemoryClient, namespace: str, raw_redis):
     payload = {"v": 1, "namespace": namespace, "key": "u", "set_name": "missing", "query": "q", "limit": 1}
-    task_id = publish_raw(client.settings.broker_url, routing.SEARCH, {"request": payload})
+    task_id = publish_raw(client.settings, routing.SEARCH, {"request": payload})
     from memory_core import MemorySetNotFound
 
     with pytest.raises(MemorySetNotFound):

@@ -24,6 +24,6 @@ def test_an_unreachable_redis_fails_fast_with_a_typed_error_naming_it(tmp_path: 
 
 def test_a_pickled_message_is_refused_and_never_executed(client: MemoryClient, namespace: str):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
-    publish_raw(client.settings.broker_url, routing.ADD, add_kwargs(namespace, "p", "from pickle"), serializer="pickle")
+    publish_raw(client.settings, routing.ADD, add_kwargs(namespace, "p", "from pickle"), serializer="pickle")
     notes.add(["after"], ids=["j"])  # the same queue, behind the pickled message: it has been consumed
     assert [i.id for i in notes.get()] == ["j"]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
+import redis
 
-from memory_core import MemoryClient, MemorySetNotFound
+from memory_core import MemoryClient, MemorySet, MemorySetNotFound, routing
+
+from .conftest import make_settings
 
 
 def test_namespaces_and_keys_never_see_each_others_items(client: MemoryClient, namespace: str, raw_redis):
@@ -60,3 +64,25 @@ def test_names_that_could_reach_other_keys_are_refused(client: MemoryClient, ns:
 
     with pytest.raises(InvalidRequestError, match="namespace"):
         client.long_term(ns, key)
+
+
+def test_a_deployment_on_the_same_redis_db_never_takes_this_ones_tasks(
+    client: MemoryClient, namespace: str, redis_url: str, tmp_path: Path
+):
+    # Another deployment (its own key prefix, no worker running) shares the session worker's Redis DB.
+    other = make_settings(redis_url, tmp_path, redis={"url": redis_url, "key_prefix": "mcother"})
+    broker = redis.Redis.from_url(redis_url)
+    try:
+        with MemoryClient(other) as theirs:
+            receipt = theirs.long_term(namespace, "k").submit(MemorySet(name="notes"), ["queued for the other deployment"])
+            # Ours goes through the running worker meanwhile; theirs stays queued under their prefix.
+            ours = client.long_term(namespace, "k").get_or_create_memory_set("notes")
+            ours.add(["handled by this deployment's worker"])
+            assert [i.value for i in ours.get()] == ["handled by this deployment's worker"]
+            assert broker.llen("mcother/" + routing.WRITE_QUEUE) == 1
+            assert not broker.exists(routing.WRITE_QUEUE)  # no unprefixed queue at all
+            assert receipt.task_id
+    finally:
+        for key in broker.scan_iter("mcother*"):
+            broker.delete(key)
+        broker.close()

@@ -22,7 +22,7 @@ def run_sweep(client: MemoryClient, task: str, celery_app: Celery, marker: str) 
     stats = services.get(celery_app).redis
     before = int(stats.hget(client.keys.maintenance_stats(), f"{marker}:ran") or 0)
     stats.delete(client.keys.sweep_lock(marker))
-    publish_raw(client.settings.broker_url, task, {})
+    publish_raw(client.settings, task, {})
     wait_for(lambda: int(stats.hget(client.keys.maintenance_stats(), f"{marker}:ran") or 0) > before)
 
 

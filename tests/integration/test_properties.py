@@ -44,7 +44,8 @@ def idle(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[M
 
 def _queued(client: MemoryClient) -> int:
     r = redis.Redis.from_url(client.settings.broker_url)
-    return sum(int(r.llen(q)) for q in routing.QUEUES)
+    prefix = client.settings.broker_key_prefix
+    return sum(int(r.llen(prefix + q)) for q in routing.QUEUES)
 
 
 def _finite(value: object) -> bool:
@@ -104,7 +105,7 @@ def test_raw_add_messages_never_write_and_never_stop_the_worker(client: MemoryCl
         return  # not JSON at all: kombu refuses to serialize it before it reaches the broker
     probe = client.long_term(namespace, "probe").get_or_create_memory_set("probe", dedup="none")
     before = probe.get()
-    publish_raw(client.settings.broker_url, routing.ADD, {"request": request})
+    publish_raw(client.settings, routing.ADD, {"request": request})
     probe.add(["alive"])  # the worker still answers on the same queue
     after = probe.get()
     assert after[: len(before)] == before
@@ -125,7 +126,7 @@ def test_after_a_flood_of_raw_junk_the_worker_serves_and_the_bystander_is_untouc
         {"unexpected": "argument"},
     ]
     for kwargs in junk:
-        publish_raw(client.settings.broker_url, routing.ADD, kwargs)
+        publish_raw(client.settings, routing.ADD, kwargs)
     bystander.add(["still served"], ids=["c"])  # behind the junk on the same queue
     assert [i.value for i in bystander.get()] == ["untouched", "still served"]
 

@@ -5,6 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import redis
+
+from memory_core import routing
+from memory_core.settings import Settings
+
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
     """Returns once ``predicate()`` holds; fails the test after ``timeout`` seconds."""
@@ -13,3 +18,9 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
         if time.monotonic() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(interval)
+
+
+def broker_drained(broker: redis.Redis, settings: Settings) -> bool:
+    """Whether no task of this deployment is queued or delivered but unacknowledged (Redis broker)."""
+    prefix = settings.broker_key_prefix
+    return sum(int(broker.llen(prefix + q)) for q in routing.QUEUES) == 0 and not broker.hlen(prefix + "unacked")

@@ -34,3 +34,11 @@ def test_the_app_speaks_json_only_with_late_acks(tmp_path: Path):
 def test_prefork_is_refused_with_the_embedded_engine(tmp_path: Path):
     with pytest.raises(ConfigurationError, match="threads"):
         create_app(_settings(tmp_path, pool="prefork", concurrency=2))
+
+
+def test_broker_keys_carry_the_deployment_prefix(tmp_path: Path):
+    settings = Settings(_env_file=None, qdrant={"path": tmp_path}, redis={"key_prefix": "acme"})
+    options = create_app(settings).conf.broker_transport_options
+    assert options["global_keyprefix"] == "acme/"
+    amqp = Settings(_env_file=None, qdrant={"path": tmp_path}, celery={"broker_url": "amqp://guest@localhost//"})
+    assert "global_keyprefix" not in create_app(amqp).conf.broker_transport_options
