@@ -74,7 +74,9 @@ def test_a_deployment_on_the_same_redis_db_never_takes_this_ones_tasks(
     broker = redis.Redis.from_url(redis_url)
     try:
         with MemoryClient(other) as theirs:
-            receipt = theirs.long_term(namespace, "k").submit(MemorySet(name="notes"), ["queued for the other deployment"])
+            receipt = theirs.long_term(namespace, "k").submit(
+                MemorySet(name="notes"), ["queued for the other deployment"]
+            )
             # Ours goes through the running worker meanwhile; theirs stays queued under their prefix.
             ours = client.long_term(namespace, "k").get_or_create_memory_set("notes")
             ours.add(["handled by this deployment's worker"])
