@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MemorySet, routing
+from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MemorySet
 
 from .conftest import make_settings
+from .waiting import queued_tasks
 
 
 @pytest.fixture
@@ -24,9 +25,7 @@ def idle_client(redis_url: str, tmp_path: Path) -> Iterator[MemoryClient]:
 
 
 def _queued(client: MemoryClient) -> int:
-    r = redis.Redis.from_url(client.settings.broker_url)
-    prefix = client.settings.broker_key_prefix
-    return sum(int(r.llen(prefix + queue)) for queue in routing.QUEUES)
+    return queued_tasks(redis.Redis.from_url(client.settings.broker_url), client.settings)
 
 
 TEXT_SET = MemorySet(name="notes", item_type=str)

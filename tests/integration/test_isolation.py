@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -81,9 +82,9 @@ def test_a_deployment_on_the_same_redis_db_never_takes_this_ones_tasks(
             ours = client.long_term(namespace, "k").get_or_create_memory_set("notes")
             ours.add(["handled by this deployment's worker"])
             assert [i.value for i in ours.get()] == ["handled by this deployment's worker"]
-            assert broker.llen("mcother/" + routing.WRITE_QUEUE) == 1
+            queued = broker.lrange("mcother/" + routing.WRITE_QUEUE, 0, -1)
+            assert [json.loads(m)["headers"]["id"] for m in queued] == [receipt.task_id]
             assert not broker.exists(routing.WRITE_QUEUE)  # no unprefixed queue at all
-            assert receipt.task_id
     finally:
         for key in broker.scan_iter("mcother*"):
             broker.delete(key)

@@ -17,7 +17,7 @@ from memory_core import InvalidRequestError, MemoryClient, MemorySet, routing
 
 from .conftest import make_settings
 from .rawbroker import publish_raw
-from .waiting import wait_for
+from .waiting import queued_tasks, wait_for
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -43,9 +43,7 @@ def idle(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[M
 
 
 def _queued(client: MemoryClient) -> int:
-    r = redis.Redis.from_url(client.settings.broker_url)
-    prefix = client.settings.broker_key_prefix
-    return sum(int(r.llen(prefix + q)) for q in routing.QUEUES)
+    return queued_tasks(redis.Redis.from_url(client.settings.broker_url), client.settings)
 
 
 def _finite(value: object) -> bool:

@@ -20,7 +20,11 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: flo
         time.sleep(interval)
 
 
+def queued_tasks(broker: redis.Redis, settings: Settings) -> int:
+    """How many tasks of this deployment wait in its queues (Redis broker)."""
+    return sum(int(broker.llen(settings.broker_key_prefix + q)) for q in routing.QUEUES)
+
+
 def broker_drained(broker: redis.Redis, settings: Settings) -> bool:
     """Whether no task of this deployment is queued or delivered but unacknowledged (Redis broker)."""
-    prefix = settings.broker_key_prefix
-    return sum(int(broker.llen(prefix + q)) for q in routing.QUEUES) == 0 and not broker.hlen(prefix + "unacked")
+    return queued_tasks(broker, settings) == 0 and not broker.hlen(settings.broker_key_prefix + "unacked")
