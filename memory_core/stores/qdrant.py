@@ -146,7 +146,10 @@ class QdrantVectorStore:
             distance = qm.Distance.COSINE if dimension > 1 else qm.Distance.DOT
             self._client.create_collection(
                 name,
-                vectors_config={DENSE: qm.VectorParams(size=dimension, distance=distance)},
+                # float16, as in the embedded engine: half the memory, the same ranking to ~1e-3.
+                vectors_config={
+                    DENSE: qm.VectorParams(size=dimension, distance=distance, datatype=qm.Datatype.FLOAT16)
+                },
                 # IDF is applied by the server at query time, over the collection.
                 sparse_vectors_config={n: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for n in SPARSE_NAMES}
                 if sparse

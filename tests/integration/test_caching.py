@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -84,3 +85,17 @@ def test_a_repeated_text_is_embedded_once(client: MemoryClient, namespace: str, 
     ltm.get_or_create_memory_set("second").add(["a sentence embedded exactly once"])
     assert cache.misses == misses
     assert cache.hits == hits + 1
+
+
+def test_cached_vectors_are_exactly_the_embedded_ones_and_old_entries_still_hit(worker, raw_redis, namespace: str):
+    cache = services.get(worker).memory.embeddings
+    assert cache is not None
+    text = "a sentence whose vector is cached"
+    (fresh,) = cache.embed_many([(namespace, text)])
+    (key,) = raw_redis.keys(f"*:{namespace}:embedding:*")
+    assert set(json.loads(raw_redis.get(key))) == {"f32"}  # packed, not a list of decimals
+    hits = cache.hits
+    assert cache.embed_many([(namespace, text)]) == [fresh]
+    raw_redis.set(key, json.dumps(fresh))  # how an earlier version cached it
+    assert cache.embed_many([(namespace, text)]) == [fresh]
+    assert cache.hits == hits + 2

@@ -185,6 +185,30 @@ def test_the_embedded_engine_keeps_data_across_reopen(tmp_path: Path):
         second.close()
 
 
+def test_the_embedded_engine_opens_a_float32_store_of_an_earlier_version(tmp_path: Path):
+    import qdrant_edge as qe
+
+    from memory_core.stores.base import SPARSE_NAMES
+    from memory_core.stores.edge import DENSE
+
+    # How collections were created before float16 became the default; the engine refuses to open
+    # a shard under a different vector datatype, so the store must open it as it is.
+    old = qe.EdgeConfig(
+        vectors={DENSE: qe.EdgeVectorParams(size=EMBEDDER.dimension, distance=qe.Distance.Cosine)},
+        sparse_vectors={n: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for n in SPARSE_NAMES},
+    )
+    (tmp_path / "c").mkdir()
+    qe.EdgeShard.create(str(tmp_path / "c"), old).close()
+    store = EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
+    try:
+        store.upsert(SCOPE, [_record("a", "green tea", 1), _record("b", "flight to Tokyo", 2)])
+        (vector,) = EMBEDDER.embed(["green tea"])
+        assert [i.id for i in store.search(SCOPE, vector, 1, {}, text="green tea", mode="hybrid")] == ["a"]
+        assert store.item_vectors(SCOPE, ["a"])["a"] == pytest.approx(vector, abs=1e-6)  # still float32
+    finally:
+        store.close()
+
+
 def test_the_embedded_engine_refuses_a_second_owner(tmp_path: Path):
     from memory_core.errors import StoreError
 
@@ -440,7 +464,7 @@ def test_item_vectors_return_the_stored_vectors_of_this_set_only(store: VectorSt
     store.upsert(Scope("other", "key", "notes"), [_record("b", "other", 1)])
     vectors = store.item_vectors(SCOPE, ["a", "b", "missing"])
     assert list(vectors) == ["a"]
-    assert vectors["a"] == pytest.approx(list(record.vector), abs=1e-6)
+    assert vectors["a"] == pytest.approx(list(record.vector), abs=1e-3)  # stored as float16
 
 
 def test_an_edge_snapshot_opens_as_a_store_with_the_same_items(tmp_path: Path):
