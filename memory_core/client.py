@@ -186,7 +186,11 @@ class MemoryClient:
             ReadCache(tiered, self.coordinator, self.keys, redact_url(settings.redis.url)) if cache.enabled else None
         )
         self._seq = _SeqClock()
-        self.adds = AddCoalescer(self._publish_add, max_items=settings.client.coalesce_max_items)
+        self.adds = AddCoalescer(
+            self._publish_add,
+            max_items=settings.client.coalesce_max_items,
+            linger=settings.client.coalesce_linger_ms / 1000,
+        )
 
     @classmethod
     def from_env(cls) -> MemoryClient:

@@ -36,10 +36,10 @@ _POOL_SIZE = 16
 _ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
 
 
-def open_redis(settings: Settings) -> redis.Redis:
-    """A Redis client for caches and replies, with timeouts so an outage fails fast instead of hanging."""
+def open_redis(settings: Settings, *, url: str | None = None) -> redis.Redis:
+    """A Redis client for caches and replies (or ``url``), with timeouts so an outage fails fast instead of hanging."""
     return redis.Redis.from_url(
-        settings.redis.url,
+        url or settings.redis.url,
         socket_timeout=settings.redis.socket_timeout,
         socket_connect_timeout=settings.redis.socket_timeout,
         decode_responses=False,

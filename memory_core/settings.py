@@ -239,6 +239,9 @@ class ClientSettings(BaseModel):
     # Concurrent adds to one set from this process share a broker message, up to this many items
     # (memory_core.coalescing); 1 sends every add on its own.
     coalesce_max_items: int = Field(default=64, ge=1, le=1_000)
+    # While several callers add at once, the next publish waits up to this long for the callers the
+    # previous one released, so they share a message (a lone caller never waits); 0 turns it off.
+    coalesce_linger_ms: float = Field(default=1.0, ge=0, le=100)
 
 
 class FlowerSettings(BaseModel):

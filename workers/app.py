@@ -37,7 +37,6 @@ def create_app(settings: Settings) -> Celery:
     app = Celery("memory_core", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
-        broker_transport=transport_for(settings.broker_url),
         broker_connection_retry_on_startup=True,
         broker_transport_options={
             "visibility_timeout": settings.celery.visibility_timeout,
@@ -121,6 +120,20 @@ def _observe(sender: Any = None, **_: Any) -> None:
         top = settings.metrics.top_namespaces
         REGISTRY.register(NamespaceItems(lambda: services.get(app).memory.store.namespace_counts(10_000), top=top))
         metrics.serve(settings.metrics.address, settings.metrics.port)
+
+
+@signals.worker_init.connect
+def _consume_with_fixed_transport(sender: Any = None, **_: Any) -> None:
+    # Only a worker consumes, so only a worker needs kombu's Redis transport with its lost-connection
+    # fixes (workers.broker); it is set before the worker opens its broker connection. Everything else
+    # (clients, beat, Flower) keeps the stock transport: kombu names a custom transport's URL after its
+    # import path, and Flower then refused to read queue lengths ("'redis' broker is not supported").
+    app = getattr(sender, "app", None)
+    if app is None:
+        return
+    transport = transport_for(app.conf.broker_url)
+    if transport is not None:
+        app.conf.broker_transport = transport
 
 
 @signals.worker_process_init.connect

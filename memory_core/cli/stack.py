@@ -153,12 +153,15 @@ def _store(settings: Settings) -> dict[str, Any]:
 
 def _queues(settings: Settings) -> dict[str, Any]:
     client = open_redis(settings)
+    # The queues live on the broker, which may be another Redis than the caches' (MEMORY_CELERY__BROKER_URL).
+    separate = settings.broker_is_redis and settings.broker_url != settings.redis.url
+    broker = open_redis(settings, url=settings.broker_url) if separate else client
     keys = Keys(settings.redis.key_prefix)
     try:
         broker_is_redis = settings.broker_is_redis
         prefix = settings.broker_key_prefix
-        depths = {q: int(client.llen(prefix + q)) for q in routing.QUEUES} if broker_is_redis else {}
-        unacked = int(client.hlen(prefix + "unacked")) if broker_is_redis else None
+        depths = {q: int(broker.llen(prefix + q)) for q in routing.QUEUES} if broker_is_redis else {}
+        unacked = int(broker.hlen(prefix + "unacked")) if broker_is_redis else None
         namespaces = sorted(decoded(n) for n in client.smembers(keys.dead_letter_namespaces()))
         letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
         letters = {n: c for n, c in letters.items() if c}
@@ -167,6 +170,7 @@ def _queues(settings: Settings) -> dict[str, Any]:
         return {"error": str(exc)}
     finally:
         client.close()
+        broker.close()
     return {
         "queues": depths,
         "unacked": unacked,

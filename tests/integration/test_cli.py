@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from memory_core import MemoryClient
 from memory_core.cli.commands import fingerprint
@@ -168,3 +169,16 @@ def _export_items(settings: Settings, cwd: Path, namespace: str, key: str) -> li
 @pytest.fixture(autouse=True)
 def _worker_runs(worker: object) -> None:
     """Every CLI test talks to the session's worker."""
+
+
+def test_status_counts_the_queues_on_a_broker_apart_from_the_cache_redis(settings: Settings, tmp_path: Path):
+    broker_url = settings.redis.url.rsplit("/", 1)[0] + "/9"  # another database: as good as another server
+    broker = redis.Redis.from_url(broker_url)
+    queue = f"{settings.redis.key_prefix}/memory.write"
+    broker.lpush(queue, "{}", "{}", "{}")
+    try:
+        report = ok(run(settings, tmp_path, "status", "--json", MEMORY_CELERY__BROKER_URL=broker_url))
+    finally:
+        broker.delete(queue)
+        broker.close()
+    assert report["queues"]["memory.write"] == 3

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis
 
 from .processes import free_port, stop
 
@@ -78,3 +79,19 @@ def test_a_malformed_credential_is_refused_without_echoing_it(redis_url: str):
     assert done.returncode == 2
     assert "MEMORY_FLOWER__BASIC_AUTH" in done.stderr
     assert "no-colon-secret" not in done.stderr
+
+
+@pytest.mark.slow
+def test_the_broker_tab_counts_queued_tasks_under_the_deployment_prefix(redis_url: str, tmp_path: Path):
+    raw = redis.Redis.from_url(redis_url)
+    queue = "mcflower/memory.write"  # where kombu keeps this deployment's queue (its global key prefix)
+    raw.lpush(queue, "{}", "{}")
+    try:
+        env = {"MEMORY_REDIS__KEY_PREFIX": "mcflower", "MEMORY_FLOWER__BASIC_AUTH": "operator:pa55-word"}
+        with flower(redis_url, tmp_path / "flower.log", **env) as (_, url):
+            answer = httpx.get(f"{url}/api/queues/length", auth=("operator", "pa55-word"), timeout=10)
+            lengths = answer.json()["active_queues"]
+        assert {"name": "memory.write", "messages": 2} in lengths
+    finally:
+        raw.delete(queue)
+        raw.close()

@@ -110,3 +110,45 @@ def test_a_failed_publish_fails_every_add_it_carried_and_the_next_add_still_work
     broker.fail = None
     assert coalescer.send(request("s", "d")).task_id == "task-2"
     assert coalescer._leading is False
+
+
+def _busy_round(coalescer: AddCoalescer, broker: Broker) -> None:
+    """A round in which two adds queued behind a publish and shared the next message."""
+    queue_behind_first(coalescer, broker, request("s", "a"), request("s", "b"), request("s", "c"))
+    assert [[i.id for i in r.items] for r in broker.published] == [["a"], ["b", "c"]]
+
+
+def test_after_a_shared_message_the_next_publish_lingers_for_the_callers_it_released():
+    broker = Broker()
+    coalescer = AddCoalescer(broker.publish, max_items=64, linger=5.0)
+    _busy_round(coalescer, broker)
+    with ThreadPoolExecutor(2) as pool:
+        first = pool.submit(coalescer.send, request("s", "d"))
+        time.sleep(0.1)  # without the linger, d would be published alone by now
+        second = pool.submit(coalescer.send, request("s", "e"))
+        assert first.result(timeout=5) == Sent("task-3", 0, True)
+        assert second.result(timeout=5) == Sent("task-3", 1, True)
+    assert [[i.id for i in r.items] for r in broker.published][-1] == ["d", "e"]
+
+
+def test_the_linger_is_bounded_and_a_lone_caller_stops_paying_it():
+    broker = Broker()
+    coalescer = AddCoalescer(broker.publish, max_items=64, linger=1.0)
+    _busy_round(coalescer, broker)
+    started = time.monotonic()
+    assert coalescer.send(request("s", "d")) == Sent("task-3", 0, False)  # waited for a second caller: none came
+    lingered = time.monotonic() - started
+    started = time.monotonic()
+    assert coalescer.send(request("s", "e")) == Sent("task-4", 0, False)
+    alone = time.monotonic() - started
+    assert 0.9 < lingered < 5.0
+    assert alone < 0.5  # the previous round carried one add: nothing to wait for
+
+
+def test_without_a_linger_the_next_caller_publishes_at_once():
+    broker = Broker()
+    coalescer = AddCoalescer(broker.publish, max_items=64, linger=0.0)
+    _busy_round(coalescer, broker)
+    started = time.monotonic()
+    coalescer.send(request("s", "d"))
+    assert time.monotonic() - started < 0.5

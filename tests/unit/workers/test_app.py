@@ -1,11 +1,14 @@
 from pathlib import Path
 
 import pytest
+from celery import Celery, signals
 
+import workers.app
 from memory_core import routing
 from memory_core.errors import ConfigurationError
 from memory_core.settings import Settings
 from workers.app import create_app
+from workers.broker import Transport
 
 
 def _settings(tmp_path: Path, **celery: object) -> Settings:
@@ -42,3 +45,20 @@ def test_broker_keys_carry_the_deployment_prefix(tmp_path: Path):
     assert options["global_keyprefix"] == "acme/"
     amqp = Settings(_env_file=None, qdrant={"path": tmp_path}, celery={"broker_url": "amqp://guest@localhost//"})
     assert "global_keyprefix" not in create_app(amqp).conf.broker_transport_options
+
+
+class _Worker:
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+
+
+def test_only_a_worker_consumes_through_the_fixed_transport_and_others_see_a_redis_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(workers.app, "_observed", True)  # no metrics server from this fake worker
+    app = create_app(_settings(tmp_path))
+    with app.connection() as connection:  # what Flower reads queue lengths from
+        assert connection.as_uri().startswith("redis://")
+    signals.worker_init.send(sender=_Worker(app))  # what a WorkController sends before it connects
+    with app.connection_for_read() as connection:
+        assert isinstance(connection.transport, Transport)
