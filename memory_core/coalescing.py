@@ -8,7 +8,7 @@ flight queue up, and the next publish carries all of them, merged per memory set
 Callers a publish releases come straight back with their next add, so after a shared
 message the next publish lingers (``linger``, 1 ms by default) until as many have queued
 again: with 4 threads that halved the messages of one-item adds (953 -> 506 for 2,000) and
-lifted the bench's (b) ratio from 0.71 to 0.77. A lone caller never waits, and every call
+lifted the bench's (b) ratio from ~0.70 to ~0.76. A lone caller never waits, and every call
 still returns only once the broker holds its items: coalescing changes how many messages
 carry the writes, never what ``add(wait=False)`` promises.
 """

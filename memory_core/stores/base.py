@@ -50,7 +50,8 @@ LEXICAL_FLOOR = 0.5
 """The BM25 score (IDF-weighted) a lexical candidate needs to take part in a search. Scores sum the IDF of
 the matched words, so this keeps out items that match only words most items share ("Alice" in every fact
 about Alice): DBSF rescales each ranker by its own spread, which would otherwise turn that non-evidence
-into a full vote. Measured: no change on locomo-dev at 0.5 or 1.0; the demo's fact queries are fixed."""
+into a full vote. Measured: no change on locomo-dev at 0.5 or 1.0. It cannot help when the shared word is
+rare in the collection as a whole (IDF is collection-wide): see the README's "Known weakness"."""
 PREFETCH = 50
 """Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
 
