@@ -170,7 +170,8 @@ def _queues(settings: Settings) -> dict[str, Any]:
         return {"error": str(exc)}
     finally:
         client.close()
-        broker.close()
+        if separate:
+            broker.close()
     return {
         "queues": depths,
         "unacked": unacked,
