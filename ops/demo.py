@@ -129,7 +129,8 @@ def main() -> None:
         client.forget(NAMESPACE)  # a fresh start on every run
         alice = client.long_term(NAMESPACE, "alice")
 
-        facts = alice.get_or_create_memory_set("facts", item_type=str, capacity=1000)
+        # Unrelated facts, not a conversation: no item is indexed with the words of the ones before it.
+        facts = alice.get_or_create_memory_set("facts", item_type=str, capacity=1000, context_window=0)
         started = time.perf_counter()
         ids = facts.add([text for text, _ in FACTS], metadatas=[{"source": source} for _, source in FACTS])
         took = time.perf_counter() - started

@@ -31,9 +31,8 @@ from memory_core.stores.base import (
     NUMERIC_INDEX_FIELDS,
     PREFETCH,
     PREVIOUS_MARGIN,
-    SPARSE_CONTEXT,
     SPARSE_NAMES,
-    SPARSE_TEXT,
+    TIE_BREAK,
     ItemRecord,
     SparseVector,
     from_payload,
@@ -101,6 +100,26 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition |
         alternatives = [qe.FieldCondition(key=f"metadata.{name}", match=qe.MatchValue(v)) for v in values]
         conditions.append(alternatives[0] if len(alternatives) == 1 else qe.Filter(should=list(alternatives)))
     return conditions
+
+
+# BM25 (the first prefetch's score) + TIE_BREAK x cosine (the second's): see ``TIE_BREAK``.
+_TIE_BROKEN = qe.Formula(
+    qe.Expression.Sum(
+        [
+            qe.Expression.Variable("$score[0]"),
+            qe.Expression.Mult([qe.Expression.Constant(TIE_BREAK), qe.Expression.Variable("$score[1]")]),
+        ]
+    ),
+    defaults={"$score[0]": 0.0, "$score[1]": 0.0},
+)
+
+
+def _tie_broken(candidates: qe.Prefetch, dense: Any, depth: int) -> qe.Prefetch:
+    """A lexical ranker whose candidates are scored BM25 + ``TIE_BREAK`` x cosine, in the same query."""
+    # The inner dense stage rescores exactly the lexical candidates (no vector index walk), so every
+    # candidate has both scores; the defaults only keep the formula total.
+    cosine = qe.Prefetch(limit=depth, prefetches=[candidates], query=dense)
+    return qe.Prefetch(limit=depth, prefetches=[candidates, cosine], query=_TIE_BROKEN)
 
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:
@@ -282,24 +301,30 @@ class EdgeVectorStore:
         must: list[Any] = [*_scope_filter(*scope), *_metadata_conditions(filters)]
         visible = qe.Filter(must=must, must_not=[_expired(time.time())])
         dense = qe.Query.Nearest(list(map(float, vector)), using=DENSE)
-        rankers = [dense]
+        rankers = 1
         if mode == "dense" or not text or not text.strip():
             request = qe.QueryRequest(limit=limit, query=dense, filter=visible, with_payload=True)
         else:
             words = _sparse(LEXICAL.query(text))
-            lexical = [qe.Query.Nearest(words, using=SPARSE_TEXT), qe.Query.Nearest(words, using=SPARSE_CONTEXT)]
-            rankers = [dense, *lexical] if mode == "hybrid" else lexical
+            depth = max(PREFETCH, limit)
+            prefetches = [
+                qe.Prefetch(
+                    limit=depth,
+                    query=qe.Query.Nearest(words, using=name),
+                    filter=visible,
+                    score_threshold=LEXICAL_FLOOR,
+                )
+                for name in SPARSE_NAMES
+            ]
+            if mode == "hybrid":
+                prefetches = [
+                    qe.Prefetch(limit=depth, query=dense, filter=visible),
+                    *(_tie_broken(candidates, dense, depth) for candidates in prefetches),
+                ]
+            rankers = len(prefetches)
             request = qe.QueryRequest(
                 limit=limit,
-                prefetches=[
-                    qe.Prefetch(
-                        limit=max(PREFETCH, limit),
-                        query=q,
-                        filter=visible,
-                        score_threshold=None if q is dense else LEXICAL_FLOOR,
-                    )
-                    for q in rankers
-                ],
+                prefetches=prefetches,
                 query=qe.Fusion.Dbsf(),  # type: ignore[arg-type]  # the stubs type Fusion's variants as nested classes
                 filter=visible,
                 with_payload=True,
@@ -307,7 +332,7 @@ class EdgeVectorStore:
         with _translated("search"):
             hits = self._items.query(request)
         # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
-        return [from_payload(h.payload, score=min(1.0, h.score / len(rankers))) for h in hits if h.payload is not None]
+        return [from_payload(h.payload, score=min(1.0, h.score / rankers)) for h in hits if h.payload is not None]
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):

@@ -2,7 +2,8 @@
 
 It is the reference double of the engine: dense search is exact cosine, lexical search is
 BM25 with IDF over every point it holds (as the engine's ``Idf`` modifier does over a shard),
-and hybrid search fuses the rankers' top candidates by DBSF, as Qdrant does.
+and hybrid search fuses the rankers' top candidates by DBSF, as Qdrant does (its lexical rankers'
+BM25 near-ties broken by cosine, ``TIE_BREAK``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from memory_core.stores.base import (
     PREFETCH,
     SPARSE_CONTEXT,
     SPARSE_TEXT,
+    TIE_BREAK,
     ItemRecord,
     SparseVector,
     from_payload,
@@ -131,7 +133,10 @@ class InMemoryVectorStore:
         words = LEXICAL.query(text)
         rankings = [self._bm25(words, [p for p, _ in candidates], name) for name in (SPARSE_TEXT, SPARSE_CONTEXT)]
         if mode == "hybrid":
-            rankings.insert(0, dense)
+            # BM25 near-ties go to the item closest in meaning (TIE_BREAK), as the engine's formula does.
+            cosine = {i: s for s, i in dense}
+            tie_broken = [[(s + TIE_BREAK * cosine[i], i) for s, i in r[: max(PREFETCH, limit)]] for r in rankings]
+            rankings = [dense, *(sorted(r, key=lambda si: -si[0]) for r in tie_broken)]
         fused = _dbsf([ranking[: max(PREFETCH, limit)] for ranking in rankings])
         best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
         return [from_payload(by_id[i], score=min(1.0, s / len(rankings))) for i, s in best]

@@ -32,6 +32,7 @@ from memory_core.stores.base import (
     PREFETCH,
     PREVIOUS_MARGIN,
     SPARSE_NAMES,
+    TIE_BREAK,
     ItemRecord,
     SparseVector,
     from_payload,
@@ -66,6 +67,18 @@ def _translated(operation: str) -> Iterator[None]:
         raise error(f"Qdrant {operation} failed with HTTP {exc.status_code}: {exc.reason_phrase}") from exc
     except (ValueError, RuntimeError) as exc:  # local mode raises these for bad requests
         raise StoreError(f"Qdrant {operation} failed: {exc}") from exc
+
+
+def _tie_broken(candidates: qm.Prefetch, dense: list[float], depth: int) -> qm.Prefetch:
+    """A lexical ranker whose candidates are scored BM25 + ``TIE_BREAK`` x cosine, in the same query."""
+    # The inner dense stage rescores exactly the lexical candidates, so every candidate has both scores.
+    cosine = qm.Prefetch(prefetch=[candidates], query=dense, using=DENSE, limit=depth)
+    formula = qm.SumExpression(sum=["$score[0]", qm.MultExpression(mult=[TIE_BREAK, "$score[1]"])])
+    return qm.Prefetch(
+        prefetch=[candidates, cosine],
+        query=qm.FormulaQuery(formula=formula, defaults={"$score[0]": 0.0, "$score[1]": 0.0}),
+        limit=depth,
+    )
 
 
 def _to_qdrant(vector: SparseVector) -> qm.SparseVector:
@@ -320,7 +333,10 @@ class QdrantVectorStore:
                     for name in SPARSE_NAMES
                 ]
                 if mode == "hybrid":
-                    prefetch.insert(0, qm.Prefetch(query=dense, using=DENSE, filter=query_filter, limit=depth))
+                    prefetch = [
+                        qm.Prefetch(query=dense, using=DENSE, filter=query_filter, limit=depth),
+                        *(_tie_broken(candidates, dense, depth) for candidates in prefetch),
+                    ]
                 rankers = len(prefetch)
                 response = self._client.query_points(
                     self._items,

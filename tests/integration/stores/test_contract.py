@@ -449,6 +449,37 @@ def test_a_word_every_item_shares_is_no_lexical_evidence(store: VectorStore):
     assert [h.id for h in store.search(SCOPE, vector, 5, {}, text="Alice and her peanuts", mode="lexical")] == ["a2"]
 
 
+def _at_cosine(cosine: float, axis: int) -> list[float]:
+    """A unit vector at ``cosine`` to the query vector (axis 0), leaning towards its own ``axis``."""
+    vector = [0.0] * EMBEDDER.dimension
+    vector[0], vector[axis] = cosine, (1 - cosine**2) ** 0.5
+    return vector
+
+
+def test_hybrid_breaks_a_lexical_near_tie_by_meaning(store: VectorStore):
+    # "Alice" is rare in the collection but in every fact of this set: the facts tie on BM25 to within a
+    # percent, the shortest a hair ahead. Pure DBSF made that hair a full vote for the peanut fact.
+    store.upsert(Scope("ns", "other", "notes"), [_record(f"f{i}", f"weather report {i}", i) for i in range(30)])
+    facts = [
+        ("tea", "Alice prefers green tea over coffee, no sugar, at every meeting", 0.63),
+        ("peanuts", "Alice is allergic to peanuts", 0.53),
+        ("lyon", "Alice moved to Lyon in May", 0.45),
+        ("marathon", "Alice runs the Lyon half marathon every year", 0.40),
+    ]
+    records = [
+        ItemRecord(item=_record(i, text, n).item, seq=n, vector=_at_cosine(cosine, n + 1))
+        for n, (i, text, cosine) in enumerate(facts)
+    ]
+    store.upsert(SCOPE, records)
+    query = _at_cosine(1.0, 1)
+    text = "what does Alice like to drink?"  # only "Alice" matches
+    assert store.search(SCOPE, query, 4, {}, text=text, mode="lexical")[0].id == "peanuts"  # BM25 alone, unchanged
+    assert [h.id for h in store.search(SCOPE, query, 4, {})][:2] == ["tea", "peanuts"]
+    assert [h.id for h in store.search(SCOPE, query, 4, {}, text=text, mode="hybrid")][:2] == ["tea", "peanuts"]
+    # A real lexical match still outweighs meaning: the one fact with "Lyon" comes first among the Lyon facts.
+    assert store.search(SCOPE, query, 4, {}, text="Alice and Lyon in May", mode="hybrid")[0].id == "lyon"
+
+
 def test_namespace_counts_rank_namespaces_by_items(store: VectorStore):
     store.put_set("ns", "key", MemorySet(name="notes"))
     store.put_set("other", "key", MemorySet(name="notes"))
