@@ -113,7 +113,7 @@ class Admin:
         return target
 
     def invalidate_caches(self) -> int:
-        """Bumps every set's version and drops cached definitions; returns how many sets were bumped."""
+        """Bumps every set's version, drops cached definitions and size hints; returns how many sets were bumped."""
         r = self.client.dispatcher_redis
         prefix = self.settings.redis.key_prefix
         try:
@@ -121,8 +121,10 @@ class Admin:
             with r.pipeline(transaction=False) as pipe:
                 for key in versions:
                     pipe.incr(key)
-                for key in r.scan_iter(f"{prefix}:*:setdef:*", count=1000):
-                    pipe.delete(key)
+                # Definitions may differ, and sizes bounded before the restore bound nothing now.
+                for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:size:*"):
+                    for key in r.scan_iter(pattern, count=1000):
+                        pipe.delete(key)
                 pipe.execute()
         except redis.RedisError as exc:
             raise StoreError(f"restored, but Redis at {redact_url(self.settings.redis.url)} refused: {exc}") from exc

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 
@@ -15,6 +17,38 @@ from memory_core.models import Scope
 
 _FIELD_SEPARATOR = "\x1f"
 
+SIZE_HINT_TTL = 600
+"""Seconds a set's size hint is trusted after its exact count; then the next add counts again. Growth
+that bypasses the hint (a crash between a compaction's writes and its version bump) is healed by then."""
+
+# Records an exact count in the hint it was taken under, unless that hint was dropped meanwhile (a
+# delete, a compaction, an import): an older count must not become the base of a newer hint.
+_RECORD_SIZE = """
+if redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'counted', ARGV[2])
+  redis.call('HINCRBY', KEYS[1], 'added', -tonumber(ARGV[3]))
+  redis.call('EXPIRE', KEYS[1], ARGV[4])
+end
+"""
+
+
+@dataclass(frozen=True)
+class SizeHint:
+    """What bounds a set's size after an add: its last exact count plus every item added since.
+
+    Adds are the only writes that leave the hint in place; every other change drops it (``bump``). So
+    ``bound`` is never below the true size: deletes and duplicates only make it larger than needed.
+    """
+
+    counted: int | None  # None: no exact count since the hint was (re)created
+    added: int
+    epoch: str
+
+    @property
+    def bound(self) -> int | None:
+        """At most this many items are in the set; None when unknown."""
+        return None if self.counted is None else self.counted + self.added
+
 
 class Coordinator:
     """Redis-backed helpers for the worker's services (and the client's cache reads)."""
@@ -22,6 +56,7 @@ class Coordinator:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
         self.keys = keys
+        self._record_size = client.register_script(_RECORD_SIZE)
 
     def version(self, scope: Scope) -> int:
         """The set's version: bumped by every mutation, part of every cache key of the set."""
@@ -29,8 +64,31 @@ class Coordinator:
         return int(value) if value else 0
 
     def bump(self, scope: Scope) -> None:
-        """Marks the set changed: every cached item and search result of an older version becomes unreachable."""
-        self.redis.incr(self.keys.set_version(*scope))
+        """Marks the set changed: every cached item and search result of an older version becomes unreachable.
+
+        Also drops the set's size hint: a change other than an add (an import, a compaction) may grow it.
+        """
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.incr(self.keys.set_version(*scope))
+            pipe.delete(self.keys.size_hint(*scope))
+            pipe.execute()
+
+    def grew(self, scope: Scope, added: int) -> SizeHint:
+        """Marks the set changed by an add of ``added`` items (already written); returns its size hint."""
+        key = self.keys.size_hint(*scope)
+        with self.redis.pipeline() as pipe:  # MULTI: the epoch and the sum read belong to one state
+            pipe.incr(self.keys.set_version(*scope))
+            pipe.hsetnx(key, "epoch", uuid.uuid4().hex)
+            pipe.hincrby(key, "added", added)
+            pipe.hmget(key, ["counted", "epoch"])
+            _, _, total, (counted, epoch) = pipe.execute()
+        return SizeHint(counted=None if counted is None else int(counted), added=int(total), epoch=epoch.decode())
+
+    def counted(self, scope: Scope, hint: SizeHint, size: int) -> None:
+        """Records ``size``, counted after ``hint`` was taken, as the base of the set's hint."""
+        # The count includes every add the hint had summed (each was written before it was summed), so
+        # those leave ``added``; adds summed since stay in it, counted or not: the bound stays a bound.
+        self._record_size(keys=[self.keys.size_hint(*scope)], args=[hint.epoch, size, hint.added, SIZE_HINT_TTL])
 
     def record_access(self, scope: Scope, item_ids: Sequence[str], at: float | None = None) -> None:
         """Notes that these items were read (flushed to the store in bulk by ``memory.flush_access``)."""

@@ -46,6 +46,10 @@ class Keys:
         """Counter bumped by every mutation of a set; part of every item and search cache key."""
         return f"{self.prefix}:{namespace}:version:{key}:{set_name}"
 
+    def size_hint(self, namespace: str, key: str, set_name: str) -> str:
+        """Hash bounding a set's size without counting it: an exact count, and the items added since."""
+        return f"{self.prefix}:{namespace}:size:{key}:{set_name}"
+
     def cached_item(self, namespace: str, key: str, set_name: str, version: int, item_id: str) -> str:
         """One item as of a set version (L1 and L2)."""
         return f"{self.prefix}:{namespace}:item:{key}:{set_name}:{version}:{item_id}"
@@ -121,7 +125,17 @@ class Keys:
         Version counters are left out on purpose (see ``memory_core.erasure``). Names cannot hold glob
         characters, so a pattern matches exactly that key.
         """
-        kinds = ("setdef", "item", "search", "compaction-dirty", "compaction-pending", "write-lock", "session", "ckpt")
+        kinds = (
+            "setdef",
+            "size",
+            "item",
+            "search",
+            "compaction-dirty",
+            "compaction-pending",
+            "write-lock",
+            "session",
+            "ckpt",
+        )
         below = [f"{self.prefix}:{namespace}:{kind}:{key}:*" for kind in kinds]
         exact = [
             self.short_term(namespace, key),

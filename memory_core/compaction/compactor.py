@@ -30,6 +30,7 @@ from typing import Any
 import redis
 
 from memory_core.compaction.summarizer import Summarizer, Summary, Topic, validate_topics
+from memory_core.coordination import Coordinator
 from memory_core.embedders import Embedder
 from memory_core.errors import SummarizerError
 from memory_core.keys import Keys
@@ -78,6 +79,7 @@ class Compactor:
         self.redis = redis_client
         self.keys = keys
         self.settings = settings
+        self._coordinator = Coordinator(redis_client, keys)
 
     def compact(self, raw: dict[str, Any]) -> CompactionReport:
         """Runs one compaction of the requested set (or reports ``busy`` if one is running)."""
@@ -140,7 +142,7 @@ class Compactor:
         records = [ItemRecord(item=r.item, seq=r.seq, vector=v) for r, v in zip(records, vectors, strict=True)]
         self.store.upsert(scope, records)  # summaries first: from here on, every source is covered
         folded = self._delete_sources(scope, [batch[i] for t in topics for i in t.item_indices])
-        self.redis.incr(self.keys.set_version(*scope))  # cached reads of this set are now stale
+        self._coordinator.bump(scope)  # cached reads of this set are now stale, its size hint gone
         report.items_folded += folded
         report.summaries_written += len(records)
         report.model_calls += 1
@@ -192,7 +194,7 @@ class Compactor:
         if leftovers:
             logger.warning("finishing an interrupted compaction of %s: %d sources left", scope, len(leftovers))
             self.store.delete(scope, sorted(leftovers))
-            self.redis.incr(self.keys.set_version(*scope))
+            self._coordinator.bump(scope)
         return len(leftovers)
 
     def _batches(self, items: Sequence[MemorySetItem]) -> list[list[MemorySetItem]]:
