@@ -88,8 +88,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("usage", help="summarizer tokens per model, and compactions, per namespace")
     p.add_argument("namespace", nargs="?", help="one namespace (default: every namespace with usage)")
     _json(p).set_defaults(run=_usage)
-    p = sub.add_parser("stats", help="cache sizes in Redis, and hit rates from a worker's metrics")
-    p.add_argument("--metrics", help="a worker's metrics URL (default: MEMORY_METRICS__ADDRESS:PORT)")
+    p = sub.add_parser("stats", help="cache sizes in Redis, and hit rates from the workers' metrics")
+    p.add_argument(
+        "--metrics",
+        action="append",
+        metavar="URL",
+        help="a worker's metrics URL; repeat it for each worker, whose counts are summed "
+        "(default: MEMORY_METRICS__ADDRESS:PORT)",
+    )
     _json(p).set_defaults(run=_stats)
 
     p = sub.add_parser("export", help="write a namespace (or everything) as JSON lines")
@@ -333,52 +339,63 @@ def _stats(args: argparse.Namespace, rest: list[str]) -> int:
                     sampled_bytes += int(r.memory_usage(key) or 0)
             kinds[kind] = {"entries": count, "approx_bytes": sampled_bytes * count // sampled if sampled else 0}
         memory = r.info("memory")
-    url = args.metrics or f"http://{settings.metrics.address}:{settings.metrics.port}/metrics"
+    urls = args.metrics or [f"http://{settings.metrics.address}:{settings.metrics.port}/metrics"]
+    rates, unreachable = _hit_rates(urls)
     data: dict[str, Any] = {
         "l2": kinds,
         "redis_used_memory": memory.get("used_memory"),
-        "hit_rates": _hit_rates(url),
-        "metrics_url": url,
+        "hit_rates": rates,
+        "metrics_urls": urls,
+        "unreachable_metrics": unreachable,
     }
 
     def rows() -> list[str]:
         lines = [f"L2 {k:<10} {v['entries']:>8} entries  ~{v['approx_bytes'] / 1e6:.1f} MB" for k, v in kinds.items()]
         lines.append(f"Redis used memory: {int(data['redis_used_memory'] or 0) / 1e6:.1f} MB")
-        rates = data["hit_rates"]
-        if rates is None:
-            lines.append(f"hit rates: no worker metrics at {url}")
+        lines.extend(f"hit rates: no worker metrics at {url}" for url in unreachable)
+        answered = len(urls) - len(unreachable)
         for tier, value in (rates or {}).items():
-            lines.append(f"hit rate {tier:<10} {value['rate']:.1%} of {value['lookups']:,.0f} lookups")
+            lines.append(
+                f"hit rate {tier:<10} {value['rate']:.1%} of {value['lookups']:,.0f} lookups "
+                f"({answered} worker{'s' if answered != 1 else ''})"
+            )
         return lines
 
     emit(args, data, rows)
     return EXIT_OK
 
 
-def _hit_rates(url: str) -> dict[str, dict[str, float]] | None:
-    """Hit rates per cache tier from a worker's Prometheus endpoint; None when it does not answer."""
+def _hit_rates(urls: list[str]) -> tuple[dict[str, dict[str, float]] | None, list[str]]:
+    """Hit rates per cache tier, summed over the workers' Prometheus endpoints (None when none answers),
+    and the endpoints that did not answer."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    try:
-        with urllib.request.urlopen(url, timeout=3) as response:  # an operator-given http URL
-            text = response.read().decode()
-    except OSError:
-        return None
     counts: dict[str, dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "memory_core_cache_requests":
+    unreachable: list[str] = []
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=3) as response:  # an operator-given http URL
+                text = response.read().decode()
+        except OSError:
+            unreachable.append(url)
             continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):
-                tier = counts.setdefault(sample.labels["tier"], {"hit": 0.0, "miss": 0.0})
-                tier[sample.labels["result"]] = sample.value
-    return {
+        for family in text_string_to_metric_families(text):
+            if family.name != "memory_core_cache_requests":
+                continue
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    tier = counts.setdefault(sample.labels["tier"], {"hit": 0.0, "miss": 0.0})
+                    tier[sample.labels["result"]] += sample.value
+    if len(unreachable) == len(urls):
+        return None, unreachable
+    rates = {
         tier: {
             "rate": c["hit"] / (c["hit"] + c["miss"]) if c["hit"] + c["miss"] else 0.0,
             "lookups": c["hit"] + c["miss"],
         }
         for tier, c in counts.items()
     }
+    return rates, unreachable
 
 
 # -- export, import, backup, restore -----------------------------------------

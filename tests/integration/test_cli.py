@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from memory_core import MemoryClient
 from memory_core.cli.commands import fingerprint
@@ -140,6 +141,34 @@ def test_dead_letters_usage_and_stats_answer_in_json(
     stats = ok(run(settings, tmp_path, "stats", "--json"))
     assert set(stats["l2"]) == {"item", "search", "embedding", "setdef"}
     assert stats["hit_rates"] is None  # no worker metrics at that port: said, not an error
+
+
+def _metrics_endpoint(hits: int, misses: int) -> tuple[str, Any]:
+    """A real Prometheus endpoint, like a worker's, whose L1 counters read ``hits`` and ``misses``."""
+    registry = CollectorRegistry()
+    lookups = Counter("memory_core_cache_requests", "lookups", ["tier", "result"], registry=registry)
+    lookups.labels("l1", "hit").inc(hits)
+    lookups.labels("l1", "miss").inc(misses)
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    return f"http://127.0.0.1:{server.server_port}/metrics", server
+
+
+def test_stats_sums_hit_rates_over_the_workers_named_and_says_which_did_not_answer(settings: Settings, tmp_path: Path):
+    (first, one), (second, two) = _metrics_endpoint(3, 1), _metrics_endpoint(1, 3)
+    gone = f"http://127.0.0.1:{free_port()}/metrics"
+    try:
+        stats = ok(
+            run(settings, tmp_path, "stats", "--json", "--metrics", first, "--metrics", second, "--metrics", gone)
+        )
+        text = ok(run(settings, tmp_path, "stats", "--metrics", first, "--metrics", second, "--metrics", gone))
+    finally:
+        for server in (one, two):
+            server.shutdown()
+            server.server_close()
+    assert stats["hit_rates"] == {"l1": {"rate": 0.5, "lookups": 8.0}}  # (3 + 1) hits of (4 + 4) lookups
+    assert stats["unreachable_metrics"] == [gone]
+    assert "50.0% of 8 lookups (2 workers)" in text
+    assert f"no worker metrics at {gone}" in text
 
 
 def test_restore_caches_only_makes_cached_reads_stale(
