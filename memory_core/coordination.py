@@ -22,11 +22,12 @@ SIZE_HINT_TTL = 600
 that bypasses the hint (a crash between a compaction's writes and its version bump) is healed by then."""
 
 # Records an exact count in the hint it was taken under, unless that hint was dropped meanwhile (a
-# delete, a compaction, an import): an older count must not become the base of a newer hint.
+# delete, a compaction, an import: an older count must not become the base of a newer hint), or a count
+# that covers more adds is recorded already (two workers counting at once).
 _RECORD_SIZE = """
-if redis.call('HGET', KEYS[1], 'epoch') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'counted', ARGV[2])
-  redis.call('HINCRBY', KEYS[1], 'added', -tonumber(ARGV[3]))
+if redis.call('HGET', KEYS[1], 'epoch') == ARGV[1]
+   and tonumber(redis.call('HGET', KEYS[1], 'through') or '-1') < tonumber(ARGV[3]) then
+  redis.call('HSET', KEYS[1], 'counted', ARGV[2], 'through', ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
 end
 """
@@ -34,20 +35,24 @@ end
 
 @dataclass(frozen=True)
 class SizeHint:
-    """What bounds a set's size after an add: its last exact count plus every item added since.
+    """What bounds a set's size after an add: an exact count, plus the items added after it.
 
-    Adds are the only writes that leave the hint in place; every other change drops it (``bump``). So
-    ``bound`` is never below the true size: deletes and duplicates only make it larger than needed.
+    ``added`` is the running total of items added under this hint; ``through`` is what that total was
+    when the exact count began, so every add it covers was written before the count (an add is summed
+    only once written). Adds are the only writes that leave the hint in place; every other change drops
+    it (``bump``). So ``bound`` is never below the true size: deletes, duplicates and adds the count
+    saw anyway only make it larger than needed.
     """
 
     counted: int | None  # None: no exact count since the hint was (re)created
+    through: int
     added: int
     epoch: str
 
     @property
     def bound(self) -> int | None:
         """At most this many items are in the set; None when unknown."""
-        return None if self.counted is None else self.counted + self.added
+        return None if self.counted is None else self.counted + self.added - self.through
 
 
 class Coordinator:
@@ -76,18 +81,21 @@ class Coordinator:
     def grew(self, scope: Scope, added: int) -> SizeHint:
         """Marks the set changed by an add of ``added`` items (already written); returns its size hint."""
         key = self.keys.size_hint(*scope)
-        with self.redis.pipeline() as pipe:  # MULTI: the epoch and the sum read belong to one state
+        with self.redis.pipeline() as pipe:  # MULTI: the epoch, the total and the base read as one state
             pipe.incr(self.keys.set_version(*scope))
             pipe.hsetnx(key, "epoch", uuid.uuid4().hex)
             pipe.hincrby(key, "added", added)
-            pipe.hmget(key, ["counted", "epoch"])
-            _, _, total, (counted, epoch) = pipe.execute()
-        return SizeHint(counted=None if counted is None else int(counted), added=int(total), epoch=epoch.decode())
+            pipe.hmget(key, ["counted", "through", "epoch"])
+            _, _, total, (counted, through, epoch) = pipe.execute()
+        return SizeHint(
+            counted=None if counted is None else int(counted),
+            through=int(through or 0),
+            added=int(total),
+            epoch=epoch.decode(),
+        )
 
     def counted(self, scope: Scope, hint: SizeHint, size: int) -> None:
         """Records ``size``, counted after ``hint`` was taken, as the base of the set's hint."""
-        # The count includes every add the hint had summed (each was written before it was summed), so
-        # those leave ``added``; adds summed since stay in it, counted or not: the bound stays a bound.
         self._record_size(keys=[self.keys.size_hint(*scope)], args=[hint.epoch, size, hint.added, SIZE_HINT_TTL])
 
     def record_access(self, scope: Scope, item_ids: Sequence[str], at: float | None = None) -> None:

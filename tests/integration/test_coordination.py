@@ -61,6 +61,14 @@ def test_adds_summed_after_a_count_began_stay_in_the_bound(coordinator: Coordina
     assert coordinator.grew(SCOPE, 0).bound == 5  # my 2 counted, their 3 still added on top
 
 
+def test_of_two_counts_recorded_in_any_order_the_one_covering_more_adds_is_the_base(coordinator: Coordinator):
+    first = coordinator.grew(SCOPE, 2)
+    second = coordinator.grew(SCOPE, 3)  # duplicates of the first two: the set still holds 2 items
+    coordinator.counted(SCOPE, second, 2)  # two workers counted at once; the later count covers 5 adds
+    coordinator.counted(SCOPE, first, 2)  # the earlier one, recorded last, covers only 2
+    assert coordinator.grew(SCOPE, 0).bound == 2  # 2 counted + 0 added since the covering count
+
+
 def test_a_hint_is_trusted_for_a_limited_time(coordinator: Coordinator, raw_redis: redis.Redis):
     coordinator.counted(SCOPE, coordinator.grew(SCOPE, 1), 1)
     ttl = raw_redis.ttl(Keys("mctest").size_hint(*SCOPE))
