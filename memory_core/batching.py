@@ -123,7 +123,7 @@ class AddBatcher:
     def _process(self, batch: list[_Pending]) -> None:
         pairs = [(p.prepared.request.namespace, text) for p in batch for text in p.prepared.texts]
         try:
-            vectors = self.service.embed_many(pairs)
+            vectors = self.service.embed_many(pairs, written=True)
         except Exception as exc:  # noqa: BLE001  # handed to every waiting task, which raises (and retries) it
             for pending in batch:
                 pending.error = exc

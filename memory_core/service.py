@@ -93,14 +93,15 @@ class MemoryService:
         self._local_locks: dict[Scope, threading.Lock] = {}
         self._local_locks_guard = threading.Lock()
 
-    def embed(self, namespace: str, texts: list[str]) -> list[list[float]]:
-        """Vectors for ``texts``, through the embedding cache when there is one."""
-        return self.embed_many([(namespace, text) for text in texts])
+    def embed(self, namespace: str, texts: list[str], *, written: bool = False) -> list[list[float]]:
+        """Vectors for ``texts``, through the embedding cache when there is one (``written``: texts being
+        stored, cached for a shorter time)."""
+        return self.embed_many([(namespace, text) for text in texts], written=written)
 
-    def embed_many(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+    def embed_many(self, pairs: list[tuple[str, str]], *, written: bool = False) -> list[list[float]]:
         """Vectors for ``(namespace, text)`` pairs, in one embedder call (cache misses only, with a cache)."""
         if self.embeddings is not None:
-            return self.embeddings.embed_many(pairs)
+            return self.embeddings.embed_many(pairs, written=written)
         return embed_timed(self.embedder, [text for _, text in pairs])
 
     def _definition(self, scope: Scope) -> MemorySet:
@@ -160,7 +161,7 @@ class MemoryService:
         deduplicating set folded it into.
         """
         prepared = self.prepare_add(raw)
-        return self.store_add(prepared, self.embed(prepared.request.namespace, prepared.texts))
+        return self.store_add(prepared, self.embed(prepared.request.namespace, prepared.texts, written=True))
 
     def prepare_add(self, raw: dict[str, Any]) -> PreparedAdd:
         """Validates an add request and builds its items (redacted when redaction is on); touches nothing."""

@@ -95,6 +95,9 @@ class CacheSettings(BaseModel):
     l1_ttl: float = Field(default=30.0, ge=0)
     l2_ttl: int = Field(default=300, ge=1)
     embedding_ttl: int = Field(default=86_400, ge=1)
+    # Embeddings of texts being written (adds, imports) live shorter: long enough for a retry or a repeated
+    # text, while a day of them would hold ~2.7 KB of Redis per item written.
+    write_embedding_ttl: int = Field(default=3_600, ge=1)
 
 
 class MaintenanceSettings(BaseModel):

@@ -90,7 +90,7 @@ class Transfer:
                     f"not {request.set_name!r}"
                 )
         missing = [e for e in request.items if e.vector is None]
-        fresh = iter(self.memory.embed(request.namespace, [embedding_text(e.item) for e in missing]))
+        fresh = iter(self.memory.embed(request.namespace, [embedding_text(e.item) for e in missing], written=True))
         records = [
             ItemRecord(
                 item=e.item.model_copy(update={"score": None}),

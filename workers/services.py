@@ -128,7 +128,9 @@ def _build(settings: Settings) -> Services:
         redact_url(settings.redis.url),
     )
     coordinator = Coordinator(redis_client, keys)
-    embeddings = EmbeddingCache(embedder, redis_client, keys, ttl=settings.cache.embedding_ttl)
+    embeddings = EmbeddingCache(
+        embedder, redis_client, keys, ttl=settings.cache.embedding_ttl, write_ttl=settings.cache.write_embedding_ttl
+    )
     memory = MemoryService(
         store=store,
         embedder=embedder,

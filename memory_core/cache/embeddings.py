@@ -42,21 +42,28 @@ def decode_vector(raw: bytes | str) -> list[float] | None:
 
 
 class EmbeddingCache:
-    """Wraps an embedder; values are packed vectors (``encode_vector``) with a time to live."""
+    """Wraps an embedder; values are packed vectors (``encode_vector``) with a time to live.
 
-    def __init__(self, embedder: Embedder, client: redis.Redis, keys: Keys, *, ttl: int) -> None:
+    ``ttl`` is for texts read by (queries, recall candidates); ``write_ttl`` for texts being written, which
+    rarely come back after a retry window but would otherwise fill Redis with one entry per item written.
+    """
+
+    def __init__(
+        self, embedder: Embedder, client: redis.Redis, keys: Keys, *, ttl: int, write_ttl: int | None = None
+    ) -> None:
         self.embedder = embedder
         self._client = client
         self._keys = keys
         self._ttl = ttl
+        self._write_ttl = ttl if write_ttl is None else write_ttl
         self.hits = 0
         self.misses = 0
 
-    def embed(self, namespace: str, texts: Sequence[str]) -> list[list[float]]:
+    def embed(self, namespace: str, texts: Sequence[str], *, written: bool = False) -> list[list[float]]:
         """Vectors for ``texts``, from the cache where present; the rest embedded in one batch and stored."""
-        return self.embed_many([(namespace, text) for text in texts])
+        return self.embed_many([(namespace, text) for text in texts], written=written)
 
-    def embed_many(self, pairs: Sequence[tuple[str, str]]) -> list[list[float]]:
+    def embed_many(self, pairs: Sequence[tuple[str, str]], *, written: bool = False) -> list[list[float]]:
         """Vectors for ``(namespace, text)`` pairs of any namespaces: one MGET, one embedder call for the misses.
 
         Entries are cached per namespace (no cross-tenant timing hints); a text needed by several
@@ -84,10 +91,11 @@ class EmbeddingCache:
             fresh = dict(zip(unique, embed_timed(self.embedder, unique), strict=True))
             for i in missing:
                 vectors[i] = fresh[pairs[i][1]]
+            ttl = self._write_ttl if written else self._ttl
             try:
                 with self._client.pipeline(transaction=False) as pipe:
                     for i in dict.fromkeys(missing):
-                        pipe.set(keys[i], encode_vector(fresh[pairs[i][1]]), ex=self._ttl)
+                        pipe.set(keys[i], encode_vector(fresh[pairs[i][1]]), ex=ttl)
                     pipe.execute()
             except redis.RedisError:
                 pass

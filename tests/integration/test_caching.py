@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from memory_core import MemoryClient, MemoryCoreError
+from memory_core.settings import Settings
 from workers import services
 
 
@@ -85,6 +86,17 @@ def test_a_repeated_text_is_embedded_once(client: MemoryClient, namespace: str, 
     ltm.get_or_create_memory_set("second").add(["a sentence embedded exactly once"])
     assert cache.misses == misses
     assert cache.hits == hits + 1
+
+
+def test_written_texts_are_cached_for_less_time_than_queries(
+    client: MemoryClient, namespace: str, worker, settings: Settings, raw_redis
+):
+    notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
+    notes.add(["a sentence that was written"])
+    notes.search("a question that was asked", limit=1)
+    written, asked = sorted(raw_redis.ttl(key) for key in raw_redis.keys(f"*:{namespace}:embedding:*"))
+    assert 0 < written <= settings.cache.write_embedding_ttl
+    assert settings.cache.write_embedding_ttl < asked <= settings.cache.embedding_ttl
 
 
 def test_cached_vectors_are_exactly_the_embedded_ones_and_old_entries_still_hit(worker, raw_redis, namespace: str):
