@@ -44,8 +44,9 @@ def decode_vector(raw: bytes | str) -> list[float] | None:
 class EmbeddingCache:
     """Wraps an embedder; values are packed vectors (``encode_vector``) with a time to live.
 
-    ``ttl`` is for texts read by (queries, recall candidates); ``write_ttl`` for texts being written, which
-    rarely come back after a retry window but would otherwise fill Redis with one entry per item written.
+    ``ttl`` is for texts that search with (queries, recall candidates); ``write_ttl`` for texts being
+    written, which rarely come back after a retry window but would otherwise fill Redis with one entry
+    per item written.
     """
 
     def __init__(
