@@ -117,18 +117,31 @@ class Admin:
         r = self.client.dispatcher_redis
         prefix = self.settings.redis.key_prefix
         try:
-            versions = list(r.scan_iter(f"{prefix}:*:version:*", count=1000))
+            versions = _set_keys(r, prefix, "version")
             with r.pipeline(transaction=False) as pipe:
                 for key in versions:
                     pipe.incr(key)
                 # Definitions may differ, and sizes bounded before the restore bound nothing now.
-                for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:size:*"):
-                    for key in r.scan_iter(pattern, count=1000):
-                        pipe.delete(key)
+                for key in _set_keys(r, prefix, "setdef") + _set_keys(r, prefix, "size"):
+                    pipe.delete(key)
                 pipe.execute()
         except redis.RedisError as exc:
             raise StoreError(f"restored, but Redis at {redact_url(self.settings.redis.url)} refused: {exc}") from exc
         return len(versions)
+
+
+def _set_keys(r: redis.Redis, prefix: str, kind: str) -> list[bytes]:
+    """The keys ``{prefix}:{namespace}:{kind}:{key}:{set}``, and no other key the glob also matches.
+
+    Names hold no ``:``, so a set's key has exactly four parts after the prefix. The glob alone would also
+    match, say, the session of a user named like the kind (``…:session:version:…``), which must survive.
+    """
+    keys = []
+    for key in r.scan_iter(f"{prefix}:*:{kind}:*", count=1000):
+        parts = key.split(b":")
+        if len(parts) == 5 and parts[0] == prefix.encode() and parts[2] == kind.encode():
+            keys.append(key)
+    return keys
 
 
 def _refuse_if_open(path: Path, shards: list[str]) -> None:

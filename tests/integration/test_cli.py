@@ -177,10 +177,18 @@ def test_restore_caches_only_makes_cached_reads_stale(
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")
     notes.add(["a fact"])
     key = client.keys.set_version(namespace, "u", "notes")
+    hint = client.keys.size_hint(namespace, "u", "notes")
+    assert raw_redis.exists(hint)  # the add left the set's size hint
+    # Sessions of users named like a cache kind match the same globs, and must come through untouched.
+    sessions = [client.keys.session(namespace, user, "s1", "state") for user in ("version", "size", "setdef")]
+    for session in sessions:
+        raw_redis.set(session, "a summary")
     before = int(raw_redis.get(key) or 0)
     done = run(settings, tmp_path, "restore", "--caches-only")
     assert done.returncode == 0, done.stderr
     assert int(raw_redis.get(key)) == before + 1
+    assert not raw_redis.exists(hint)
+    assert [raw_redis.get(session) for session in sessions] == [b"a summary"] * 3
     assert run(settings, tmp_path, "restore").returncode == 2  # neither a label nor --caches-only
 
 
