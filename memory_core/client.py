@@ -43,6 +43,8 @@ from memory_core.messages import (
     CompactRequest,
     CountReply,
     CreateSetRequest,
+    DeleteRequest,
+    DeleteSetRequest,
     ForgetReceipt,
     ForgetRequest,
     IdsRequest,
@@ -495,7 +497,8 @@ class LongTermMemory:
         """Deletes the set and all its items; False when it did not exist."""
         set_name = _checked(_SET_NAME, name, "memory set name")
         self._client.definitions.forget(self.namespace, self.key, set_name)
-        request = SetRequest(namespace=self.namespace, key=self.key, set_name=set_name)
+        seq = self._client.reserve_seq(1)  # from the clock that orders the set's writes
+        request = DeleteSetRequest(namespace=self.namespace, key=self.key, set_name=set_name, seq=seq)
         reply = CountReply.model_validate(self._call(routing.DELETE_SET, request, set_name))
         self._client.definitions.forget(self.namespace, self.key, set_name)
         return reply.count > 0
@@ -606,7 +609,10 @@ class LongTermMemory:
 
     def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
         """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
-        request = self._ids_request(memory_set, ids)
+        ids_request = self._ids_request(memory_set, ids)
+        # Ordered against the items' writes by the same clock: an add issued after this delete survives it,
+        # and one issued before it never brings the items back (a redelivered task included).
+        request = DeleteRequest(**dict(ids_request), seq=self._client.reserve_seq(1))
         reply = self._call(routing.DELETE, request, request.set_name, ids=len(request.ids or ()))
         return CountReply.model_validate(reply).count
 

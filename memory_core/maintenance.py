@@ -21,6 +21,7 @@ from memory_core.messages import MaintenanceReport
 from memory_core.models import MemorySetItem, Scope
 from memory_core.settings import MaintenanceSettings
 from memory_core.stores import VectorStore
+from memory_core.stores.base import versions_of
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class Maintenance:
             excess = min(len(items) - policy.max_items, self.settings.max_items_per_run - evicted)
             victims = eviction_order(items, policy.policy)[:excess]
             if victims:
-                self.store.delete(scope, [v.id for v in victims])
+                self.store.delete(scope, versions_of(victims))  # a victim rewritten since it was read stays
                 self.coordinator.bump(scope)
                 evicted += len(victims)
                 sets += 1

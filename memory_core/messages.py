@@ -90,6 +90,23 @@ class IdsRequest(SetRequest):
     ids: list[ItemId] | None = None
 
 
+class DeleteRequest(IdsRequest):
+    """memory.delete: delete these ids, or every item of the set, as of ``seq``.
+
+    ``seq`` comes from the same client clock as the items' (``NewItem.seq``): an item written later than
+    the delete was issued stays, and a write issued before it never brings the item back. Without it
+    (a message of an older client) the worker uses its own clock.
+    """
+
+    seq: int | None = Field(default=None, ge=0)
+
+
+class DeleteSetRequest(SetRequest):
+    """memory.delete_set: delete the set's items as of ``seq`` (see ``DeleteRequest``), then its definition."""
+
+    seq: int | None = Field(default=None, ge=0)
+
+
 class SearchRequest(SetRequest):
     """memory.search: the ``limit`` items most similar to ``query`` that match every filter."""
 

@@ -2,8 +2,9 @@
 
 Every method takes the raw JSON request of its task, validates it (a raw message
 may come from anywhere, not only from our client), acts, and returns a reply
-model. Writes are idempotent: point ids are derived from the scope and item id,
-so a redelivered message overwrites the same points with the same values.
+model. Writes are idempotent and monotonic: point ids are derived from the scope
+and item id, and the store keeps the newest ``seq`` of each item (deletes leave
+tombstones), so a redelivered or late message never undoes a newer write.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from memory_core.messages import (
     AddRequest,
     CountReply,
     CreateSetRequest,
+    DeleteRequest,
+    DeleteSetRequest,
     IdsRequest,
     ItemsReply,
     NewItem,
@@ -44,6 +47,11 @@ from memory_core.stores.base import require_set, text_hash
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse
 
 logger = logging.getLogger(__name__)
+
+
+def _delete_seq(seq: int | None) -> int:
+    """A delete's place in the writes' order: the client's, or now on this worker for a message without one."""
+    return seq if seq is not None else time.time_ns()
 
 
 def embedding_text(item: MemorySetItem) -> str:
@@ -148,8 +156,8 @@ class MemoryService:
 
     def delete_set(self, raw: dict[str, Any]) -> CountReply:
         """Deletes the items, then the definition (a crash in between leaves a retryable, harmless state)."""
-        request = parse(SetRequest, raw, "delete_set request")
-        self.store.delete(request.scope, None)
+        request = parse(DeleteSetRequest, raw, "delete_set request")
+        self._clear(request.scope, _delete_seq(request.seq))
         existed = self.store.delete_set(*request.scope)
         self._changed(request.scope)
         return CountReply(count=int(existed))
@@ -269,12 +277,17 @@ class MemoryService:
             stored_as[item.id] = target.id
         self._upsert(scope, kept, kept_vectors, definition.context_window)
         now = time.time()
+        kept_seqs = {item.id: seq for item, seq in kept}
         for target, metadata in merges.values():
-            if any(k[0].id == target.id for k in kept):  # folded into an item of this same call
+            version: int | None
+            if target.id in kept_seqs:  # folded into an item of this same call
                 fields: dict[str, Any] = {"metadata": metadata}
+                version = kept_seqs[target.id]
             else:
                 fields = {"metadata": metadata, "last_accessed_time": now}
-            self.store.set_fields(scope, [target.id], fields)
+                version = target.seq
+            # Only onto the version the fold read: a replayed fold never merges into a newer write of the item.
+            self.store.set_fields(scope, [target.id], fields, seq=version)
         return stored_as
 
     def _nearest(
@@ -324,16 +337,23 @@ class MemoryService:
         return ItemsReply(items=items)
 
     def delete(self, raw: dict[str, Any]) -> CountReply:
-        """Deletes items by id, or all items (the definition stays); returns how many existed."""
-        request = parse(IdsRequest, raw, "delete request")
+        """Deletes items by id, or all items (the definition stays), as of the request's ``seq``; returns how
+        many existed."""
+        request = parse(DeleteRequest, raw, "delete request")
         self._definition(request.scope)
+        seq = _delete_seq(request.seq)
         if request.ids is None:
             count = self.store.count(request.scope)
+            self._clear(request.scope, seq)
         else:
             count = len(self.store.retrieve(request.scope, request.ids))
-        self.store.delete(request.scope, request.ids)
+            self.store.delete(request.scope, dict.fromkeys(request.ids, seq))
         self._changed(request.scope)
         return CountReply(count=count)
+
+    def _clear(self, scope: Scope, seq: int) -> None:
+        """Deletes every item stored in the set as of ``seq`` (each leaves a tombstone)."""
+        self.store.delete(scope, dict.fromkeys(self.store.item_versions(scope), seq))
 
     def search(self, raw: dict[str, Any]) -> ItemsReply:
         """The items nearest to the query (best first) whose metadata match every filter. Hits count as access."""

@@ -54,6 +54,9 @@ class QdrantSettings(BaseModel):
     api_key: SecretStr | None = None
     collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
     timeout: float = Field(default=10.0, gt=0)
+    # How long a deleted item's tombstone refuses older writes of it: longer than any task can be delivered
+    # again (visibility timeout, retries), and than the age of dead letters you would replay.
+    tombstone_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
     # Fault tests only: while this file exists, every store call fails with TransientStoreError.
     fault_flag: Path | None = None
 
@@ -192,8 +195,9 @@ class CelerySettings(BaseModel):
     max_retries: int = Field(default=5, ge=0)
     retry_backoff_max: int = Field(default=60, ge=1)
     # Redis redelivers a task a worker has not acknowledged after this many seconds (a killed
-    # worker's tasks come back then). Writes are idempotent and compaction is single-flight,
-    # so an early redelivery of a slow task costs work, not correctness.
+    # worker's tasks come back then). Writes are monotonic (a store keeps each item's newest seq,
+    # deletes leave tombstones) and compaction is single-flight, so an early redelivery of a slow
+    # task costs work, not correctness (tests/faults/test_redelivery.py).
     visibility_timeout: int = Field(default=300, ge=1)
     reply_ttl: int = Field(default=600, ge=1)
     # Task events (what Flower shows) cost three broker messages per task: ~10% of the throughput of
@@ -327,6 +331,18 @@ class Settings(BaseSettings):
     tracing: TracingSettings = TracingSettings()
     stack: StackSettings = StackSettings()
 
+    @model_validator(mode="after")
+    def _tombstones_outlive_redelivery(self) -> Settings:
+        # A task can come back (visibility timeout) after its retries have backed off; a tombstone that
+        # went before that would let the replayed write bring a deleted item back.
+        redelivery = self.celery.visibility_timeout + self.celery.max_retries * self.celery.retry_backoff_max
+        if self.qdrant.tombstone_ttl <= redelivery:
+            raise ValueError(
+                f"MEMORY_QDRANT__TOMBSTONE_TTL ({self.qdrant.tombstone_ttl:g}s) must exceed the longest redelivery, "
+                f"MEMORY_CELERY__VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX ({redelivery}s)"
+            )
+        return self
+
     @property
     def broker_url(self) -> str:
         """The Celery broker: ``celery.broker_url`` when set, else the Redis URL."""
@@ -355,6 +371,9 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
+            if not err["loc"]:  # a check across groups: its message names the variables, the input is everything
+                problems.append(err["msg"])
+                continue
             name = "MEMORY_" + "__".join(str(part).upper() for part in err["loc"])
             problems.append(f"{name}: {err['msg']} (got {_safe_input(err['loc'], err.get('input'))!r})")
         raise ConfigurationError("invalid settings: " + "; ".join(problems)) from exc

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import qdrant_edge as qe
 import redis
 from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
 
@@ -34,8 +35,9 @@ from memory_core.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
 from memory_core.messages import CompactionReport
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.settings import QdrantSettings
-from memory_core.stores import ItemRecord, collection_name
-from memory_core.stores.edge import EdgeVectorStore
+from memory_core.stores import ItemRecord, collection_name, point_id
+from memory_core.stores.base import to_payload
+from memory_core.stores.edge import DENSE, EdgeVectorStore
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
 SUBJECTS = ["Alice", "Bob", "the support agent", "our CFO", "Maya", "the on-call engineer", "Chen", "the customer"]
@@ -136,6 +138,59 @@ def _ttl_sweep(count: int) -> tuple[float, float]:
         return write_s, sweep_s
     finally:
         store.close()
+
+
+def _conditional_writes(count: int, batch: int) -> dict[str, float]:
+    """Items/s into the embedded engine, the same points each way, measured side by side: plain upserts and
+    deletes (what writes were before they became monotonic) against the store's monotonic ones (what is
+    stored read and compared by ``seq`` first; a delete writes a tombstone), in batches of ``batch``."""
+    rng = np.random.default_rng(9)
+    scope = Scope("bench", "cond", "notes")
+    now = datetime.now(UTC)
+    records = [
+        ItemRecord(
+            item=MemorySetItem(
+                memory_set_name="notes", id=str(i), value=f"note {i}", created_time=now, last_accessed_time=now
+            ),
+            seq=1_700_000_000_000_000_000 + i,
+            vector=rng.standard_normal(384, dtype=np.float32),
+        )
+        for i in range(count)
+    ]
+    points = {
+        point_id(scope, r.item.id): (
+            r.seq,
+            qe.Point(point_id(scope, r.item.id), {DENSE: [float(x) for x in r.vector]}, to_payload(scope, r)),
+        )
+        for r in records
+    }
+    pids = list(points)
+    rates: dict[str, float] = {}
+    for kind in ("plain", "monotonic"):
+        shutil.rmtree(RUN_DIR / f"bench-{kind}", ignore_errors=True)
+        store = EdgeVectorStore(RUN_DIR / f"bench-{kind}", collection="c", dimension=384)
+        try:
+            for rewrite in ("new", "again"):
+                started = time.perf_counter()
+                for start in range(0, count, batch):
+                    part = {pid: points[pid] for pid in pids[start : start + batch]}
+                    if kind == "monotonic":
+                        store._write_newer(part, deleting=False)  # the store's write path, minus building points
+                    else:
+                        store._items.update(qe.UpdateOperation.upsert_points([p for _, p in part.values()]))
+                rates[f"{kind} upsert {rewrite}"] = count / (time.perf_counter() - started)
+            started = time.perf_counter()
+            for start in range(0, count, batch):
+                ids = [r.item.id for r in records[start : start + batch]]
+                if kind == "monotonic":
+                    store.delete(scope, dict.fromkeys(ids, records[-1].seq + 1))
+                else:
+                    store._items.update(qe.UpdateOperation.delete_points([point_id(scope, i) for i in ids]))
+            rates[f"{kind} delete"] = count / (time.perf_counter() - started)
+        finally:
+            store.close()
+            shutil.rmtree(RUN_DIR / f"bench-{kind}", ignore_errors=True)
+    return rates
 
 
 def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4) -> float:
@@ -282,6 +337,7 @@ def main() -> None:
     parser.add_argument("--compaction-items", type=int, default=1000)
     parser.add_argument("--ttl-items", type=int, default=100_000)
     parser.add_argument("--big-items", type=int, default=100_000)
+    parser.add_argument("--conditional-items", type=int, default=5_000)
     args = parser.parse_args()
 
     env = isolated_env("bench")
@@ -338,6 +394,7 @@ def main() -> None:
         extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
 
     ttl_write_s, ttl_sweep_s = _ttl_sweep(args.ttl_items)
+    conditional = {size: _conditional_writes(args.conditional_items, size) for size in (1, args.batch)}
     big = _big_search(env, args.big_items, queries[:100])
 
     with FakeAnthropic() as fake:
@@ -388,6 +445,16 @@ def main() -> None:
         f"| (writing the {args.big_items:,} items straight into the engine and building its index took "
         f"{big['write_s']:.1f} s) | |"
     )
+    for size, rates in conditional.items():
+        print(
+            f"| engine writes of {args.conditional_items:,} points in batches of {size}, plain / monotonic "
+            f"(seq read and compared first): new {rates['plain upsert new']:,.0f} / {rates['monotonic upsert new']:,.0f}, "
+            f"rewrite {rates['plain upsert again']:,.0f} / {rates['monotonic upsert again']:,.0f}, "
+            f"delete {rates['plain delete']:,.0f} / {rates['monotonic delete']:,.0f} (tombstones) items/s | "
+            f"ratios {rates['monotonic upsert new'] / rates['plain upsert new']:.2f} / "
+            f"{rates['monotonic upsert again'] / rates['plain upsert again']:.2f} / "
+            f"{rates['monotonic delete'] / rates['plain delete']:.2f} |"
+        )
     per_1000 = 1000 / max(claude.items_folded, 1)
     print(
         f"| compaction, extractive, {extractive.items_before} items (limit 10) | {extractive_s:.2f} s, "

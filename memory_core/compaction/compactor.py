@@ -40,7 +40,7 @@ from memory_core.metrics import COMPACTION_ITEMS, COMPACTIONS, MODEL_TOKENS
 from memory_core.models import ChatMessage, DatetimeRange, MemorySet, MemorySetItem, MessageRole, Scope
 from memory_core.settings import CompactionSettings
 from memory_core.stores import ItemRecord, VectorStore
-from memory_core.stores.base import require_set
+from memory_core.stores.base import require_set, versions_of
 from memory_core.tracing import tracer
 from memory_core.validation import parse
 
@@ -173,10 +173,11 @@ class Compactor:
         return ItemRecord(item=item, seq=int(start.timestamp() * 1e9) + min(topic.item_indices), vector=())
 
     def _delete_sources(self, scope: Scope, sources: Sequence[MemorySetItem]) -> int:
-        captured = {s.id: s.created_time for s in sources}
+        captured = versions_of(sources)
         current = self.store.retrieve(scope, list(captured))
-        # A source rewritten since the run started (same id, new time) is newer than its summary: keep it.
-        unchanged = [item.id for item in current if item.created_time == captured[item.id]]
+        # A source rewritten since the run started (same id, newer seq) is newer than its summary: keep it.
+        # The delete is as of each captured seq, so one rewritten between this read and the delete stays too.
+        unchanged = {item.id: captured[item.id] for item in current if item.seq == captured[item.id]}
         if unchanged:
             self.store.delete(scope, unchanged)
         return len(unchanged)
@@ -193,7 +194,7 @@ class Compactor:
                     leftovers.add(source_id)
         if leftovers:
             logger.warning("finishing an interrupted compaction of %s: %d sources left", scope, len(leftovers))
-            self.store.delete(scope, sorted(leftovers))
+            self.store.delete(scope, versions_of(by_id[i] for i in sorted(leftovers)))
             self._coordinator.bump(scope)
         return len(leftovers)
 

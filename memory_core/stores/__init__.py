@@ -41,7 +41,13 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
     if settings.backend == "edge":
         from memory_core.stores.edge import EdgeVectorStore
 
-        return EdgeVectorStore(settings.path, collection=collection, dimension=dimension, legacy=legacy)
+        return EdgeVectorStore(
+            settings.path,
+            collection=collection,
+            dimension=dimension,
+            legacy=legacy,
+            tombstone_ttl=settings.tombstone_ttl,
+        )
     from memory_core.stores.qdrant import QdrantVectorStore
 
     if settings.backend == "server":
@@ -57,6 +63,7 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
             collection=collection,
             dimension=dimension,
             legacy=legacy,
+            tombstone_ttl=settings.tombstone_ttl,
         )
     # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
     return QdrantVectorStore.connect(
@@ -66,4 +73,5 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
         collection=collection,
         dimension=dimension,
         legacy=legacy,
+        tombstone_ttl=settings.tombstone_ttl,
     )

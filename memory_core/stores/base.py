@@ -7,6 +7,15 @@ check them on each):
   ``namespace``, ``key`` and ``set`` itself; no call can see another scope.
 * Point ids are ``uuid5(namespace, key, set, item id)``, so writing the same item
   twice overwrites one point (idempotent upserts).
+* Writes are monotonic in ``seq`` (the client assigns it when it accepts a write): an upsert replaces a
+  stored item only when the stored one is older, and a delete replaces each item by a *tombstone* at the
+  delete's ``seq``, so a replayed or late write (a redelivered task) never brings back an older value
+  nor a deleted item. A tombstone is a point with no vectors that every read skips (it looks expired);
+  the TTL sweep removes it ``tombstone_ttl`` seconds after the delete, which must outlast the longest
+  redelivery. ``seq`` is compared exactly, in Python (``due``): the engines compare a range bound on an
+  integer field through a float, which cannot hold a nanosecond ``seq`` (~1.8e18). An adapter whose
+  store other processes write too (a server) makes the write a compare-and-set on the ``seq`` it read
+  and reads again until what it holds is at least as new, so racing workers cannot undo each other.
 * ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending).
 * ``search`` scores are higher = more relevant. In ``dense`` mode they are cosine similarities;
   in ``lexical`` and ``hybrid`` mode they are fused scores (DBSF: each ranker's scores scaled to 0..1 by
@@ -24,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,9 +49,15 @@ _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
 
 ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
 """Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
-NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned", "seq")
-"""Numeric payload fields indexed for expiry, LRU, importance and insertion order (``pinned`` is 0/1)."""
-INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq"})
+NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned", "seq", "tombstone", "keep_until")
+"""Numeric payload fields indexed for expiry, LRU, importance, insertion order and tombstones (0/1 flags)."""
+INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone"})
+
+TOMBSTONE_TTL = 7 * 24 * 3600.0
+"""How long a tombstone outlives its delete by default (``MEMORY_QDRANT__TOMBSTONE_TTL``)."""
+CONDITIONAL_BATCH = 256
+"""Points per compare-and-set write on a server: it checks each existing point against one clause per
+point of the call (``seq`` equal to what was read, by id), so the check grows with the square of the batch."""
 
 SPARSE_TEXT = "bm25"
 SPARSE_CONTEXT = "bm25_ctx"
@@ -247,6 +262,72 @@ def from_payload(payload: Mapping[str, Any], score: float | None = None) -> Memo
     )
 
 
+def tombstone_payload(scope: Scope, item_id: str, seq: int, keep_until: float) -> dict[str, Any]:
+    """The payload of a deleted item's tombstone: which item, the delete's ``seq``, and when it may go.
+
+    It passes every read's visibility check as an expired, unpinned point (``expires_at`` 0), so no read
+    path returns it; ``keep_until`` holds the TTL sweep off it until then.
+    """
+    return {
+        "namespace": scope.namespace,
+        "key": scope.key,
+        "set": scope.set_name,
+        "item_id": item_id,
+        "seq": seq,
+        "tombstone": 1,
+        "expires_at": 0.0,
+        "pinned": 0,
+        "keep_until": keep_until,
+    }
+
+
+def is_tombstone(payload: Mapping[str, Any]) -> bool:
+    """Whether a stored payload marks a deleted item."""
+    return bool(payload.get("tombstone"))
+
+
+def due(stored: Mapping[str, tuple[int, bool]], wanted: Mapping[str, int], *, deleting: bool) -> list[str]:
+    """The ids (or point ids) whose write must be applied: ``wanted`` maps each to its write's ``seq``,
+    ``stored`` to the ``(seq, is_tombstone)`` of what the store holds under it (absent: nothing).
+
+    An upsert applies over anything older. A delete applies over an item as old as it or older (the very
+    version it read, for compaction and eviction) and over an older tombstone; a replayed delete (an equal
+    tombstone) changes nothing.
+    """
+    applied = []
+    for key, seq in wanted.items():
+        held = stored.get(key)
+        if held is None:
+            applied.append(key)
+            continue
+        held_seq, tombstone = held
+        if held_seq < seq or (deleting and not tombstone and held_seq == seq):
+            applied.append(key)
+    return applied
+
+
+def chunks(seq_by_id: Mapping[str, int], size: int = CONDITIONAL_BATCH) -> Iterator[dict[str, int]]:
+    """``seq_by_id`` in pieces of at most ``size`` (conditional writes are checked per point of the call)."""
+    pairs = list(seq_by_id.items())
+    for start in range(0, len(pairs), size):
+        yield dict(pairs[start : start + size])
+
+
+def newest_records(records: Sequence[ItemRecord]) -> list[ItemRecord]:
+    """One record per item id, the newest ``seq`` (a batch that names an id twice writes its latest)."""
+    newest: dict[str, ItemRecord] = {}
+    for record in records:
+        held = newest.get(record.item.id)
+        if held is None or record.seq > held.seq:
+            newest[record.item.id] = record
+    return list(newest.values())
+
+
+def versions_of(items: Iterable[MemorySetItem]) -> dict[str, int]:
+    """Item id -> ``seq`` of items read from a store: what a delete of exactly these versions takes."""
+    return {item.id: item.seq or 0 for item in items}
+
+
 def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str, Any]:
     """The registry payload of a set definition."""
     return {
@@ -297,7 +378,10 @@ class VectorStore(Protocol):
         ...
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
-        """Writes items; an existing item with the same id is replaced. Durable on return.
+        """Writes items, each only where nothing newer is stored under its id. Durable on return.
+
+        A record replaces a stored item or tombstone of the same id only when that one's ``seq`` is
+        lower; an equal ``seq`` (the same write, replayed) or a higher one keeps what is stored.
 
         ``context_window``: how many of the set's previous items (by ``seq``) go into each item's
         context vector (``bm25_ctx``); 0 indexes the item's own text there.
@@ -333,8 +417,17 @@ class VectorStore(Protocol):
         """The number of items in the set."""
         ...
 
-    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
-        """Deletes these items (missing ids are ignored), or every item of the set when ``item_ids`` is None."""
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        """Deletes items as of a ``seq`` each: item id -> the delete's ``seq``.
+
+        Each item stored with a ``seq`` at most its delete's (or not stored at all) is replaced by a
+        tombstone at that ``seq``; an item stored newer stays. Writes no older than the tombstone are
+        refused until the TTL sweep removes it (``tombstone_ttl`` after the delete).
+        """
+        ...
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        """Item id -> ``seq`` of every item stored in the set (expired ones too; tombstones not)."""
         ...
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
@@ -357,8 +450,11 @@ class VectorStore(Protocol):
         """The set definitions of one key of one namespace, sorted by name."""
         ...
 
-    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
-        """Overwrites these payload fields (``to_payload`` names) on existing items; missing ids are ignored."""
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
+        """Overwrites these payload fields (``to_payload`` names) on stored items; missing and deleted ids are
+        ignored. With ``seq``, only items still stored at that ``seq`` (not rewritten since it was read)."""
         ...
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
@@ -366,7 +462,7 @@ class VectorStore(Protocol):
         ...
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
-        """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)``."""
+        """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)`` (no tombstones)."""
         ...
 
     def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
@@ -377,8 +473,9 @@ class VectorStore(Protocol):
         ...
 
     def delete_expired(self, now: float, limit: int) -> int:
-        """Deletes expired, unpinned items of every namespace: one filtered delete when at most ``limit`` are
-        due, else ``limit`` of them (the rest next time). Returns how many went."""
+        """Deletes expired, unpinned items and tombstones past ``keep_until`` of every namespace: one filtered
+        delete when at most ``limit`` are due, else ``limit`` of them (the rest next time). Returns how many
+        went."""
         ...
 
     def namespace_counts(self, limit: int) -> dict[str, int]:

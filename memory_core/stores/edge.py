@@ -33,12 +33,15 @@ from memory_core.stores.base import (
     PREVIOUS_MARGIN,
     SPARSE_NAMES,
     TIE_BREAK,
+    TOMBSTONE_TTL,
     ItemRecord,
     SparseVector,
+    due,
     from_payload,
     in_scope,
     is_visible,
     migrated_vectors,
+    newest_records,
     point_id,
     previous_texts,
     set_from_payload,
@@ -46,6 +49,7 @@ from memory_core.stores.base import (
     set_to_payload,
     sort_by_seq,
     to_payload,
+    tombstone_payload,
     with_context,
 )
 
@@ -87,6 +91,14 @@ def _expired(now: float) -> qe.Filter:
             qe.FieldCondition(key="pinned", match=qe.MatchValue(0)),
         ]
     )
+
+
+_TOMBSTONE = qe.FieldCondition(key="tombstone", match=qe.MatchValue(1))
+
+
+def _sweepable(now: float) -> qe.Filter:
+    """What the TTL sweep deletes: expired, unpinned items, and tombstones past ``keep_until``."""
+    return qe.Filter(must=[_expired(now)], must_not=[qe.FieldCondition(key="keep_until", range=qe.RangeFloat(gte=now))])
 
 
 def _visible_in(namespace: str, key: str, set_name: str) -> qe.Filter:
@@ -148,8 +160,17 @@ def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
 class EdgeVectorStore:
     """Items and set definitions in embedded Qdrant Edge shards under ``path``."""
 
-    def __init__(self, path: Path, *, collection: str, dimension: int, legacy: str | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        collection: str,
+        dimension: int,
+        legacy: str | None = None,
+        tombstone_ttl: float = TOMBSTONE_TTL,
+    ) -> None:
         self._path = path
+        self._tombstone_ttl = tombstone_ttl
         self._write_lock = threading.Lock()
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
@@ -233,25 +254,42 @@ class EdgeVectorStore:
             shard.update(operation)
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        records = newest_records(records)
         if not records:
             return
         before = self._previous(scope, min(r.seq for r in records), context_window) if context_window else []
-        points = [
-            qe.Point(
-                point_id(scope, r.item.id),
-                {DENSE: list(map(float, r.vector)), **self._sparse_for(str(r.item.value), previous)},
-                to_payload(scope, r),
+        points = {
+            point_id(scope, r.item.id): (
+                r.seq,
+                qe.Point(
+                    point_id(scope, r.item.id),
+                    {DENSE: list(map(float, r.vector)), **self._sparse_for(str(r.item.value), previous)},
+                    to_payload(scope, r),
+                ),
             )
             for r, previous in with_context(records, before, context_window)
-        ]
-        self._update(self._items, qe.UpdateOperation.upsert_points(points), "upsert")
+        }
+        self._write_newer(points, deleting=False)
+
+    def _write_newer(self, points: Mapping[str, tuple[int, qe.Point]], *, deleting: bool) -> None:
+        """Writes the points (point id -> its write's seq and point) over whatever is stored older (``due``).
+
+        This process owns the shard and every write holds the lock, so reading what is stored and writing
+        cannot be interleaved by another writer.
+        """
+        with self._write_lock, _translated("delete" if deleting else "upsert"):
+            held = self._items.retrieve(list(points), with_payload=["seq", "tombstone"], with_vector=False)
+            stored = {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
+            wanted = due(stored, {pid: seq for pid, (seq, _) in points.items()}, deleting=deleting)
+            if wanted:
+                self._items.update(qe.UpdateOperation.upsert_points([points[pid][1] for pid in wanted]))
 
     def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
         """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
         loose = qe.FieldCondition(key="seq", range=qe.RangeFloat(lte=float(before_seq) + PREVIOUS_MARGIN))
         request = qe.ScrollRequest(
             limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
-            filter=qe.Filter(must=[*_scope_filter(*scope), loose]),
+            filter=qe.Filter(must=[*_scope_filter(*scope), loose], must_not=[_TOMBSTONE]),
             with_payload=True,
             order_by=qe.OrderBy("seq", direction=qe.Direction.Desc),
         )
@@ -338,12 +376,16 @@ class EdgeVectorStore:
         with _translated("count"):
             return self._items.count(qe.CountRequest(exact=True, filter=_visible_in(*scope)))
 
-    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
-        wanted: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
-        with _translated("retrieve"):
-            existing: list[Any] = [r.id for r in self._items.retrieve(wanted, with_payload=False, with_vector=False)]
-        if existing:  # Qdrant refuses to set a payload on a point that does not exist
-            self._update(self._items, qe.UpdateOperation.set_payload(existing, dict(fields)), "payload update")
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
+        if not item_ids:
+            return
+        must: list[Any] = [qe.HasIdCondition({point_id(scope, i) for i in item_ids})]
+        if seq is not None:
+            must.append(qe.FieldCondition(key="seq", match=qe.MatchValue(seq)))  # integer match: exact
+        only_live = qe.Filter(must=must, must_not=[_TOMBSTONE])
+        self._update(self._items, qe.UpdateOperation.set_payload_by_filter(only_live, dict(fields)), "payload update")
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
         if not hashes:
@@ -356,7 +398,7 @@ class EdgeVectorStore:
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
         found: list[tuple[Scope, str]] = []
-        for payload in self._scroll(self._items, _expired(now)):
+        for payload in self._scroll(self._items, qe.Filter(must=[_expired(now)], must_not=[_TOMBSTONE])):
             found.append((Scope(payload["namespace"], payload["key"], payload["set"]), payload["item_id"]))
             if len(found) >= limit:
                 break
@@ -368,14 +410,16 @@ class EdgeVectorStore:
             conditions.append(qe.FieldCondition(key="key", match=qe.MatchValue(key)))
         scope_filter = qe.Filter(must=list(conditions))
         with _translated("count"):
-            items = self._items.count(qe.CountRequest(exact=True, filter=scope_filter))
+            items = self._items.count(
+                qe.CountRequest(exact=True, filter=qe.Filter(must=[scope_filter], must_not=[_TOMBSTONE]))
+            )
         sets = [f"{p['key']}:{p['set']}" for p in self._scroll(self._sets, scope_filter)]
         self._update(self._items, qe.UpdateOperation.delete_points_by_filter(scope_filter), "erasure")
         self._update(self._sets, qe.UpdateOperation.delete_points_by_filter(scope_filter), "erasure")
         return items, sets
 
     def delete_expired(self, now: float, limit: int) -> int:
-        expired = _expired(now)
+        expired = _sweepable(now)
         with _translated("count"):
             due = self._items.count(qe.CountRequest(exact=True, filter=expired))
         if due == 0:
@@ -390,13 +434,21 @@ class EdgeVectorStore:
         self._update(self._items, qe.UpdateOperation.delete_points(ids), "expiry delete")
         return len(ids)
 
-    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
-        if item_ids is None:
-            # Expired items of the set go too: "delete everything" means everything stored.
-            operation = qe.UpdateOperation.delete_points_by_filter(qe.Filter(must=list(_scope_filter(*scope))))
-        else:
-            operation = qe.UpdateOperation.delete_points([point_id(scope, i) for i in item_ids])
-        self._update(self._items, operation, "delete")
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        keep_until = time.time() + self._tombstone_ttl
+        tombstones = {
+            point_id(scope, item_id): (
+                seq,
+                qe.Point(point_id(scope, item_id), {}, tombstone_payload(scope, item_id, seq, keep_until)),
+            )
+            for item_id, seq in versions.items()
+        }
+        if tombstones:
+            self._write_newer(tombstones, deleting=True)
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        stored = qe.Filter(must=list(_scope_filter(*scope)), must_not=[_TOMBSTONE])
+        return {p["item_id"]: p["seq"] for p in self._scroll(self._items, stored)}
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
         point = qe.Point(

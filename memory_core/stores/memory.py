@@ -25,10 +25,13 @@ from memory_core.stores.base import (
     SPARSE_CONTEXT,
     SPARSE_TEXT,
     TIE_BREAK,
+    TOMBSTONE_TTL,
     ItemRecord,
     SparseVector,
+    due,
     from_payload,
     is_visible,
+    newest_records,
     previous_texts,
     set_from_payload,
     set_to_payload,
@@ -74,24 +77,37 @@ def _same(actual: object, expected: object) -> bool:
 
 
 class InMemoryVectorStore:
-    """Keeps points in dicts keyed by scope; thread-safe."""
+    """Keeps points in dicts keyed by scope, tombstones (``seq``, ``keep_until``) beside them; thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tombstone_ttl: float = TOMBSTONE_TTL) -> None:
         self._items: dict[Scope, dict[str, tuple[dict[str, Any], np.ndarray]]] = {}
+        self._tombstones: dict[Scope, dict[str, tuple[int, float]]] = {}
         self._sets: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
+        self._tombstone_ttl = tombstone_ttl
+
+    def _due(self, scope: Scope, wanted: Mapping[str, int], *, deleting: bool) -> set[str]:
+        """The item ids whose write applies over what is stored (``due``); call with the lock held."""
+        stored = {i: (p["seq"], False) for i, (p, _) in self._items.get(scope, {}).items() if i in wanted}
+        stored.update((i, (seq, True)) for i, (seq, _) in self._tombstones.get(scope, {}).items() if i in wanted)
+        return set(due(stored, wanted, deleting=deleting))
 
     @property
     def location(self) -> str:
         return "memory (this process only)"
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        records = newest_records(records)
         if not records:
             return
         with self._lock:
             points = self._items.setdefault(scope, {})
             before = previous_texts([p for p, _ in points.values()], min(r.seq for r in records), context_window)
+            applied = self._due(scope, {r.item.id: r.seq for r in records}, deleting=False)
             for record, previous in with_context(records, before, context_window):
+                if record.item.id not in applied:
+                    continue  # something as new or newer is stored: a replayed or late write changes nothing
+                self._tombstones.get(scope, {}).pop(record.item.id, None)
                 vector = np.asarray(record.vector, dtype=np.float32)
                 norm = float(np.linalg.norm(vector)) or 1.0
                 payload = to_payload(scope, record)
@@ -160,14 +176,17 @@ class InMemoryVectorStore:
     def count(self, scope: Scope) -> int:
         return len(self._visible(scope))
 
-    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        keep_until = time.time() + self._tombstone_ttl
         with self._lock:
-            if item_ids is None:
-                self._items.pop(scope, None)
-                return
-            points = self._items.get(scope, {})
-            for item_id in item_ids:
-                points.pop(item_id, None)
+            for item_id in self._due(scope, versions, deleting=True):  # an item rewritten since stays
+                seq = versions[item_id]
+                self._items.get(scope, {}).pop(item_id, None)
+                self._tombstones.setdefault(scope, {})[item_id] = (seq, keep_until)
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        with self._lock:
+            return {item_id: payload["seq"] for item_id, (payload, _) in self._items.get(scope, {}).items()}
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
         with self._lock:
@@ -210,11 +229,13 @@ class InMemoryVectorStore:
     def optimize(self) -> bool:
         return False  # exact search: there is no index to build
 
-    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
         with self._lock:
             points = self._items.get(scope, {})
             for item_id in item_ids:
-                if item_id in points:
+                if item_id in points and (seq is None or points[item_id][0]["seq"] == seq):
                     points[item_id][0].update(fields)
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
@@ -238,6 +259,8 @@ class InMemoryVectorStore:
         with self._lock:
             scopes = [s for s in self._items if mine(s.namespace, s.key)]
             items = sum(len(self._items.pop(s)) for s in scopes)
+            for scope in [s for s in self._tombstones if mine(s.namespace, s.key)]:
+                del self._tombstones[scope]
             sets = [slot for slot in self._sets if mine(slot[0], slot[1])]
             for slot in sets:
                 del self._sets[slot]
@@ -248,7 +271,14 @@ class InMemoryVectorStore:
         with self._lock:
             for scope, item_id in doomed:
                 self._items.get(scope, {}).pop(item_id, None)
-        return len(doomed)
+            swept = 0
+            for tombstones in self._tombstones.values():
+                for item_id in [i for i, (_, keep_until) in tombstones.items() if keep_until < now]:
+                    if len(doomed) + swept >= limit:
+                        break
+                    del tombstones[item_id]
+                    swept += 1
+        return len(doomed) + swept
 
     def close(self) -> None:
         """Nothing to release."""

@@ -33,12 +33,16 @@ from memory_core.stores.base import (
     PREVIOUS_MARGIN,
     SPARSE_NAMES,
     TIE_BREAK,
+    TOMBSTONE_TTL,
     ItemRecord,
     SparseVector,
+    chunks,
+    due,
     from_payload,
     in_scope,
     is_visible,
     migrated_vectors,
+    newest_records,
     point_id,
     previous_texts,
     set_from_payload,
@@ -46,6 +50,7 @@ from memory_core.stores.base import (
     set_to_payload,
     sort_by_seq,
     to_payload,
+    tombstone_payload,
     with_context,
 )
 
@@ -53,6 +58,7 @@ logger = logging.getLogger(__name__)
 
 DENSE = "dense"
 _SCROLL_PAGE = 1_000
+_CAS_ROUNDS = 8
 
 
 @contextmanager
@@ -104,6 +110,32 @@ def _expired(now: float) -> qm.Filter:
     )
 
 
+_TOMBSTONE = qm.FieldCondition(key="tombstone", match=qm.MatchValue(value=1))
+
+
+def _sweepable(now: float) -> qm.Filter:
+    """What the TTL sweep deletes: expired, unpinned items, and tombstones past ``keep_until``."""
+    return qm.Filter(must=[_expired(now)], must_not=[qm.FieldCondition(key="keep_until", range=qm.Range(gte=now))])
+
+
+_NEVER = qm.FieldCondition(key="seq", match=qm.MatchValue(value=-1))
+"""A clause no point matches: keeps a compare-and-set filter from being an empty ``should`` (which matches all)."""
+
+
+def _unchanged_since(read: Mapping[str, int]) -> qm.Filter:
+    """Matches a stored point only while it still holds the ``seq`` it was read with (exact integer match).
+
+    The ``update_filter`` of a compare-and-set upsert: the server checks and applies it per point, at
+    once. A point that was absent when read gets no clause: if another worker inserted it since, this
+    write skips it and the caller reads again.
+    """
+    clauses: list[qm.Condition] = [
+        qm.Filter(must=[qm.HasIdCondition(has_id=[pid]), qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq))])
+        for pid, seq in read.items()
+    ]
+    return qm.Filter(should=[_NEVER, *clauses])
+
+
 def _visible_in(namespace: str, key: str, set_name: str) -> qm.Filter:
     return qm.Filter(must=_scope_conditions(namespace, key, set_name), must_not=[_expired(time.time())])
 
@@ -123,9 +155,17 @@ class QdrantVectorStore:
     """Items and set definitions in two collections of a Qdrant server (or local mode)."""
 
     def __init__(
-        self, client: QdrantClient, *, collection: str, dimension: int, location: str, legacy: str | None = None
+        self,
+        client: QdrantClient,
+        *,
+        collection: str,
+        dimension: int,
+        location: str,
+        legacy: str | None = None,
+        tombstone_ttl: float = TOMBSTONE_TTL,
     ) -> None:
         self._client = client
+        self._tombstone_ttl = tombstone_ttl
         self._items = collection
         self._sets = f"{collection}__sets"
         self._location = location
@@ -146,13 +186,21 @@ class QdrantVectorStore:
         collection: str,
         dimension: int,
         legacy: str | None = None,
+        tombstone_ttl: float = TOMBSTONE_TTL,
     ) -> QdrantVectorStore:
         """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
         if url.startswith(("http://", "https://")):
             client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
         else:
             client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
-        return cls(client, collection=collection, dimension=dimension, location=redact_url(url), legacy=legacy)
+        return cls(
+            client,
+            collection=collection,
+            dimension=dimension,
+            location=redact_url(url),
+            legacy=legacy,
+            tombstone_ttl=tombstone_ttl,
+        )
 
     def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
         if not self._client.collection_exists(name):
@@ -218,19 +266,52 @@ class QdrantVectorStore:
         return self._location
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        records = newest_records(records)
         if not records:
             return
         before = self._previous(scope, min(r.seq for r in records), context_window) if context_window else []
-        points = [
-            qm.PointStruct(
-                id=point_id(scope, r.item.id),
-                vector={DENSE: list(map(float, r.vector)), **_sparse_for(str(r.item.value), previous)},
-                payload=to_payload(scope, r),
+        points = {
+            point_id(scope, r.item.id): (
+                r.seq,
+                qm.PointStruct(
+                    id=point_id(scope, r.item.id),
+                    vector={DENSE: list(map(float, r.vector)), **_sparse_for(str(r.item.value), previous)},
+                    payload=to_payload(scope, r),
+                ),
             )
             for r, previous in with_context(records, before, context_window)
-        ]
-        with _translated("upsert"):
-            self._client.upsert(self._items, points=points, wait=True)
+        }
+        self._write_newer(points, deleting=False)
+
+    def _write_newer(self, points: Mapping[str, tuple[int, qm.PointStruct]], *, deleting: bool) -> None:
+        """Writes the points (point id -> its write's seq and point) over whatever is stored older (``due``).
+
+        Other workers may write the same points, so each write is a compare-and-set on the ``seq`` read
+        just before it; a point another worker changed in between is read and decided again.
+        """
+        pending = dict(points)
+        for _ in range(_CAS_ROUNDS):
+            if not pending:
+                return
+            with _translated("delete" if deleting else "upsert"):
+                held = self._client.retrieve(
+                    self._items, ids=list(pending), with_payload=["seq", "tombstone"], with_vectors=False
+                )
+            stored = {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
+            wanted = due(stored, {pid: seq for pid, (seq, _) in pending.items()}, deleting=deleting)
+            for part in chunks({pid: pending[pid][0] for pid in wanted}):
+                read = {pid: stored[pid][0] for pid in part if pid in stored}
+                with _translated("delete" if deleting else "upsert"):
+                    self._client.upsert(
+                        self._items,
+                        points=[pending[pid][1] for pid in part],
+                        update_filter=_unchanged_since(read),
+                        wait=True,
+                    )
+            # What was written now holds exactly its seq, so the next read finds nothing due for it; what
+            # another worker changed in between is decided again against its new state.
+            pending = {pid: pending[pid] for pid in wanted}
+        raise TransientStoreError(f"{len(pending)} points kept changing under {_CAS_ROUNDS} compare-and-set rounds")
 
     def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
         """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
@@ -238,7 +319,7 @@ class QdrantVectorStore:
         with _translated("scroll"):
             records, _ = self._client.scroll(
                 self._items,
-                scroll_filter=qm.Filter(must=[*_scope_conditions(*scope), loose]),
+                scroll_filter=qm.Filter(must=[*_scope_conditions(*scope), loose], must_not=[_TOMBSTONE]),
                 limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
                 with_payload=True,
                 order_by=qm.OrderBy(key="seq", direction=qm.Direction.DESC),
@@ -270,13 +351,18 @@ class QdrantVectorStore:
                 break
         return found if limit is None else found[:limit]
 
-    def set_fields(self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any]) -> None:
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
+        if not item_ids:
+            return
         wanted: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        must: list[qm.Condition] = [qm.HasIdCondition(has_id=wanted)]
+        if seq is not None:
+            must.append(qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq)))  # integer match: exact
+        only_live = qm.FilterSelector(filter=qm.Filter(must=must, must_not=[_TOMBSTONE]))
         with _translated("payload update"):
-            records = self._client.retrieve(self._items, ids=wanted, with_payload=False, with_vectors=False)
-            existing: list[qm.ExtendedPointId] = [r.id for r in records]
-            if existing:  # Qdrant refuses to set a payload on a point that does not exist
-                self._client.set_payload(self._items, payload=dict(fields), points=existing, wait=True)
+            self._client.set_payload(self._items, payload=dict(fields), points=only_live, wait=True)
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
         if not hashes:
@@ -288,7 +374,8 @@ class QdrantVectorStore:
         return {p["text_hash"]: from_payload(p) for p in self._scroll(hash_filter)}
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
-        return [(Scope(p["namespace"], p["key"], p["set"]), p["item_id"]) for p in self._scroll(_expired(now), limit)]
+        items_only = qm.Filter(must=[_expired(now)], must_not=[_TOMBSTONE])
+        return [(Scope(p["namespace"], p["key"], p["set"]), p["item_id"]) for p in self._scroll(items_only, limit)]
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
         scroll_filter = _visible_in(*scope)
@@ -359,7 +446,8 @@ class QdrantVectorStore:
         fields = [("namespace", namespace)] + ([("key", key)] if key is not None else [])
         scope_filter = qm.Filter(must=[qm.FieldCondition(key=f, match=qm.MatchValue(value=v)) for f, v in fields])
         with _translated("erasure"):
-            items = self._client.count(self._items, count_filter=scope_filter, exact=True).count
+            stored = qm.Filter(must=[scope_filter], must_not=[_TOMBSTONE])
+            items = self._client.count(self._items, count_filter=stored, exact=True).count
             records, _ = self._client.scroll(self._sets, scroll_filter=scope_filter, limit=100_000, with_payload=True)
             sets = [f"{r.payload['key']}:{r.payload['set']}" for r in records if r.payload]
             for collection in (self._items, self._sets):
@@ -367,7 +455,7 @@ class QdrantVectorStore:
         return items, sets
 
     def delete_expired(self, now: float, limit: int) -> int:
-        expired = _expired(now)
+        expired = _sweepable(now)
         with _translated("expiry delete"):
             due = self._client.count(self._items, count_filter=expired, exact=True).count
             if due == 0:
@@ -380,14 +468,23 @@ class QdrantVectorStore:
             self._client.delete(self._items, points_selector=qm.PointIdsList(points=ids), wait=True)
             return len(ids)
 
-    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
-        selector: qm.PointsSelector
-        if item_ids is None:
-            selector = qm.FilterSelector(filter=qm.Filter(must=_scope_conditions(*scope)))
-        else:
-            selector = qm.PointIdsList(points=[point_id(scope, i) for i in item_ids])
-        with _translated("delete"):
-            self._client.delete(self._items, points_selector=selector, wait=True)
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        keep_until = time.time() + self._tombstone_ttl
+        tombstones = {
+            point_id(scope, item_id): (
+                seq,
+                qm.PointStruct(
+                    id=point_id(scope, item_id), vector={}, payload=tombstone_payload(scope, item_id, seq, keep_until)
+                ),
+            )
+            for item_id, seq in versions.items()
+        }
+        if tombstones:
+            self._write_newer(tombstones, deleting=True)
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        stored = qm.Filter(must=_scope_conditions(*scope), must_not=[_TOMBSTONE])
+        return {p["item_id"]: p["seq"] for p in self._scroll(stored)}
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
         point = qm.PointStruct(

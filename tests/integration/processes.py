@@ -63,9 +63,11 @@ def start_redis(port: int, log: Path, *options: str, **client_options: Any) -> s
 
 
 @contextlib.contextmanager
-def celery_process(kind: str, env: dict[str, str], log: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
-    """``celery -A workers.app <kind>`` with ``env`` added; for a worker, waits until it is ready."""
-    command = [CELERY, "-A", "workers.app", kind, "-l", "INFO", *extra]
+def celery_process(
+    kind: str, env: dict[str, str], log: Path, *extra: str, app: str = "workers.app"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``celery -A <app> <kind>`` with ``env`` added; for a worker, waits until it is ready."""
+    command = [CELERY, "-A", app, kind, "-l", "INFO", *extra]
     with log.open("w") as out:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(command, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -6,7 +6,7 @@ with a store that fails once right after the summaries are written (as a killed 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -32,11 +32,11 @@ class CrashingStore(EdgeVectorStore):
 
     crashes_left = 1
 
-    def delete(self, scope: Scope, item_ids: Sequence[str] | None) -> None:
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
         if self.crashes_left:
             self.crashes_left -= 1
             raise TransientStoreError("killed between the summary write and the source delete")
-        super().delete(scope, item_ids)
+        super().delete(scope, versions)
 
 
 @pytest.fixture

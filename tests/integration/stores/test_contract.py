@@ -15,7 +15,7 @@ import pytest
 from memory_core.embedders.hashing import HashingEmbedder
 from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
 from memory_core.stores import ItemRecord, VectorStore
-from memory_core.stores.base import text_hash
+from memory_core.stores.base import TOMBSTONE_TTL, text_hash
 from memory_core.stores.edge import EdgeVectorStore
 from memory_core.stores.memory import InMemoryVectorStore
 from memory_core.stores.qdrant import QdrantVectorStore
@@ -108,6 +108,93 @@ def test_upserting_the_same_id_twice_keeps_one_point(store: VectorStore):
     assert store.count(SCOPE) == 1
 
 
+def test_an_older_or_replayed_write_never_replaces_a_newer_one(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "new", 20, additional_metadata={"v": 2})])
+    store.upsert(SCOPE, [_record("a", "old", 10, additional_metadata={"v": 1})])  # a late, older write
+    store.upsert(SCOPE, [_record("a", "same seq, other value", 20)])  # a replay carries the same seq
+    (item,) = store.list_items(SCOPE)
+    assert (item.value, item.additional_metadata, item.seq) == ("new", {"v": 2}, 20)
+
+
+def test_one_batch_is_checked_point_by_point(store: VectorStore):
+    store.upsert(SCOPE, [_record("newer", "kept", 50), _record("older", "replaced", 5)])
+    store.upsert(SCOPE, [_record("newer", "stale", 40), _record("older", "fresh", 45), _record("new", "added", 46)])
+    assert {i.id: i.value for i in store.list_items(SCOPE)} == {"newer": "kept", "older": "fresh", "new": "added"}
+
+
+def test_a_delete_leaves_a_tombstone_that_refuses_older_writes_only(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "secret", 10), _record("b", "stays", 11)])
+    store.delete(SCOPE, {"a": 15})
+    store.upsert(SCOPE, [_record("a", "secret", 10)])  # the acknowledged add, redelivered
+    store.upsert(SCOPE, [_record("a", "secret", 15)])  # as old as the delete: still refused
+    assert [i.id for i in store.list_items(SCOPE)] == ["b"]
+    store.upsert(SCOPE, [_record("a", "written again", 16)])  # a write issued after the delete
+    assert {i.id: i.value for i in store.list_items(SCOPE)} == {"a": "written again", "b": "stays"}
+
+
+def test_a_delete_issued_before_a_newer_write_leaves_it(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "newer than the delete", 30)])
+    store.delete(SCOPE, {"a": 20, "never-written": 20})
+    assert [i.value for i in store.list_items(SCOPE)] == ["newer than the delete"]
+    store.upsert(SCOPE, [_record("never-written", "late add", 19)])  # issued before the delete of its id
+    assert [i.id for i in store.list_items(SCOPE)] == ["a"]
+
+
+def test_seq_is_compared_exactly_at_the_magnitude_of_nanoseconds(store: VectorStore):
+    # Real seqs are nanoseconds since the epoch (~1.8e18): a float holds them to 256 ns only.
+    t = 1_795_493_355_592_605_503
+    store.upsert(SCOPE, [_record("a", "newer by 1 ns", t + 1)])
+    store.upsert(SCOPE, [_record("a", "older by 1 ns", t)])
+    assert [i.value for i in store.list_items(SCOPE)] == ["newer by 1 ns"]
+    store.delete(SCOPE, {"a": t})  # issued 1 ns before the item's write
+    assert store.count(SCOPE) == 1
+    store.delete(SCOPE, {"a": t + 1})  # the very version it read (compaction, eviction)
+    assert store.count(SCOPE) == 0
+    store.upsert(SCOPE, [_record("a", "as old as the delete", t + 1)])
+    assert store.count(SCOPE) == 0
+    store.upsert(SCOPE, [_record("a", "after the delete by 1 ns", t + 2)])
+    assert [i.value for i in store.list_items(SCOPE)] == ["after the delete by 1 ns"]
+
+
+def test_tombstones_are_invisible_to_every_read(store: VectorStore):
+    store.upsert(SCOPE, [_record("gone", "green tea", 1), _record("kept", "black coffee", 2)])
+    store.delete(SCOPE, {"gone": 3})
+    store.upsert(SCOPE, [_record("later", "green tea again", 4)], context_window=2)  # context skips the tombstone
+    query = EMBEDDER.embed(["green tea"])[0]
+    assert store.retrieve(SCOPE, ["gone"]) == []
+    assert [i.id for i in store.list_items(SCOPE)] == ["kept", "later"]
+    assert store.count(SCOPE) == 2
+    for mode in ("dense", "lexical", "hybrid"):
+        assert "gone" not in [h.id for h in store.search(SCOPE, query, 10, {}, text="green tea", mode=mode)]
+    assert store.find_by_text_hash(SCOPE, [text_hash("green tea")]) == {}
+    assert store.expired(datetime.now(UTC).timestamp(), 10) == []
+    assert store.item_vectors(SCOPE, ["gone", "kept"]).keys() == {"kept"}
+    assert store.item_versions(SCOPE) == {"kept": 2, "later": 4}
+
+
+def test_the_ttl_sweep_removes_a_tombstone_only_after_its_time(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "x", 1)])
+    store.delete(SCOPE, {"a": 2})
+    now = datetime.now(UTC).timestamp()
+    assert store.delete_expired(now, 10) == 0
+    store.upsert(SCOPE, [_record("a", "x", 1)])
+    assert store.list_items(SCOPE) == []
+    assert store.delete_expired(now + TOMBSTONE_TTL + 60, 10) == 1
+    store.upsert(SCOPE, [_record("a", "x", 1)])  # past the window the id is free again
+    assert [i.id for i in store.list_items(SCOPE)] == ["a"]
+
+
+def test_set_fields_with_a_seq_touches_only_that_version(store: VectorStore):
+    store.upsert(SCOPE, [_record("a", "x", 5), _record("b", "y", 6)])
+    store.delete(SCOPE, {"b": 7})
+    store.set_fields(SCOPE, ["a"], {"metadata": {"k": "stale"}}, seq=4)
+    store.set_fields(SCOPE, ["a"], {"metadata": {"k": "this"}}, seq=5)
+    store.set_fields(SCOPE, ["b"], {"metadata": {"k": "on a tombstone"}})
+    assert [(i.id, i.additional_metadata) for i in store.list_items(SCOPE)] == [("a", {"k": "this"})]
+    store.upsert(SCOPE, [_record("b", "y", 6)])  # the tombstone is still whole
+    assert [i.id for i in store.list_items(SCOPE)] == ["a"]
+
+
 def test_scopes_are_disjoint_even_with_equal_item_ids(store: VectorStore):
     others = [Scope("ns2", "key", "notes"), Scope("ns", "key2", "notes"), Scope("ns", "key", "other")]
     store.upsert(SCOPE, [_record("a", "mine", 1)])
@@ -115,7 +202,7 @@ def test_scopes_are_disjoint_even_with_equal_item_ids(store: VectorStore):
         store.upsert(scope, [_record("a", f"theirs {scope}", 1)])
     assert [i.value for i in store.list_items(SCOPE)] == ["mine"]
     assert [i.value for i in store.search(SCOPE, EMBEDDER.embed(["theirs"])[0], 10, {})] == ["mine"]
-    store.delete(SCOPE, None)
+    store.delete(SCOPE, dict.fromkeys(store.item_versions(SCOPE), 10))
     assert store.count(SCOPE) == 0
     assert all(store.count(scope) == 1 for scope in others)
 
@@ -143,7 +230,7 @@ def test_search_is_best_first_and_honours_filters(store: VectorStore):
 
 def test_delete_by_ids_ignores_missing_ones(store: VectorStore):
     store.upsert(SCOPE, [_record("a", "x", 1), _record("b", "y", 2)])
-    store.delete(SCOPE, ["a", "missing"])
+    store.delete(SCOPE, {"a": 10, "missing": 10})
     assert [i.id for i in store.list_items(SCOPE)] == ["b"]
 
 
