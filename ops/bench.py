@@ -140,6 +140,9 @@ def _ttl_sweep(count: int) -> tuple[float, float]:
         store.close()
 
 
+_WRITES = ("new", "newer", "replayed", "delete")
+
+
 def _conditional_writes(count: int, batch: int) -> dict[str, float]:
     """Items/s into the embedded engine, the same points each way, measured side by side: plain upserts and
     deletes (what writes were before they became monotonic) against the store's monotonic ones (what is
@@ -157,20 +160,30 @@ def _conditional_writes(count: int, batch: int) -> dict[str, float]:
         )
         for i in range(count)
     ]
-    points = {
-        point_id(scope, r.item.id): (
-            r.seq,
-            qe.Point(point_id(scope, r.item.id), {DENSE: [float(x) for x in r.vector]}, to_payload(scope, r)),
-        )
-        for r in records
-    }
-    pids = list(points)
+
+    def version(shift: int) -> dict[str, tuple[int, qe.Point]]:
+        """Every record as a point, its seq moved on by ``shift``."""
+        return {
+            point_id(scope, r.item.id): (
+                r.seq + shift,
+                qe.Point(
+                    point_id(scope, r.item.id),
+                    {DENSE: [float(x) for x in r.vector]},
+                    {**to_payload(scope, r), "seq": r.seq + shift},
+                ),
+            )
+            for r in records
+        }
+
+    # New items; a newer version of each (it applies); the same version again (a replay: nothing does).
+    phases = {"new": version(0), "newer": version(count), "replayed": version(count)}
+    pids = list(phases["new"])
     rates: dict[str, float] = {}
     for kind in ("plain", "monotonic"):
         shutil.rmtree(RUN_DIR / f"bench-{kind}", ignore_errors=True)
         store = EdgeVectorStore(RUN_DIR / f"bench-{kind}", collection="c", dimension=384)
         try:
-            for rewrite in ("new", "again"):
+            for rewrite, points in phases.items():
                 started = time.perf_counter()
                 for start in range(0, count, batch):
                     part = {pid: points[pid] for pid in pids[start : start + batch]}
@@ -178,7 +191,7 @@ def _conditional_writes(count: int, batch: int) -> dict[str, float]:
                         store._write_newer(part, deleting=False)  # the store's write path, minus building points
                     else:
                         store._items.update(qe.UpdateOperation.upsert_points([p for _, p in part.values()]))
-                rates[f"{kind} upsert {rewrite}"] = count / (time.perf_counter() - started)
+                rates[f"{kind} {rewrite}"] = count / (time.perf_counter() - started)
             started = time.perf_counter()
             for start in range(0, count, batch):
                 ids = [r.item.id for r in records[start : start + batch]]
@@ -446,14 +459,12 @@ def main() -> None:
         f"{big['write_s']:.1f} s) | |"
     )
     for size, rates in conditional.items():
+        pairs = [f"{what} {rates[f'plain {what}']:,.0f} / {rates[f'monotonic {what}']:,.0f}" for what in _WRITES]
+        ratios = " / ".join(f"{rates[f'monotonic {what}'] / rates[f'plain {what}']:.2f}" for what in _WRITES)
         print(
             f"| engine writes of {args.conditional_items:,} points in batches of {size}, plain / monotonic "
-            f"(seq read and compared first): new {rates['plain upsert new']:,.0f} / {rates['monotonic upsert new']:,.0f}, "
-            f"rewrite {rates['plain upsert again']:,.0f} / {rates['monotonic upsert again']:,.0f}, "
-            f"delete {rates['plain delete']:,.0f} / {rates['monotonic delete']:,.0f} (tombstones) items/s | "
-            f"ratios {rates['monotonic upsert new'] / rates['plain upsert new']:.2f} / "
-            f"{rates['monotonic upsert again'] / rates['plain upsert again']:.2f} / "
-            f"{rates['monotonic delete'] / rates['plain delete']:.2f} |"
+            f"(stored seq read and compared first; deletes write tombstones), items/s: {', '.join(pairs)} | "
+            f"ratios {ratios} |"
         )
     per_1000 = 1000 / max(claude.items_folded, 1)
     print(
