@@ -7,6 +7,8 @@ that fails for good is kept, payload and all, in its namespace's dead-letter lis
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import logging
 import time
@@ -21,7 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from memory_core import metrics, routing, tracing
 from memory_core.auth import AUTH_HEADER, refusal
-from memory_core.errors import MemoryCoreError, TransientStoreError
+from memory_core.errors import InvalidRequestError, MemoryCoreError, TransientStoreError
 from memory_core.messages import ErrorInfo, Reply
 from memory_core.models import Namespace
 from workers import services
@@ -73,12 +75,15 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     acks_late = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # Every task that names a namespace must carry a token granting it, when auth is on.
+        self._check_shape(args, kwargs)
+        # Every task that takes a request must carry a token granting its namespace, when auth is on.
         tokens = self.services.tokens
-        namespace = request_namespace(kwargs)
-        token = getattr(self.request, AUTH_HEADER, None)
-        if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
-            raise refusal(namespace)
+        if tokens is not None and self._takes_request and self.name not in routing.OPS_REPLIES:
+            namespace = request_namespace(kwargs)
+            if namespace is None:
+                raise InvalidRequestError(f"{self.name} request names no valid namespace; refused")
+            if not tokens.grants(getattr(self.request, AUTH_HEADER, None), namespace):
+                raise refusal(namespace)
         headers = {name: getattr(self.request, name, None) for name in tracing.HEADERS}
         with tracing.consumer_span(self.name, headers), metrics.timed(metrics.TASK_SECONDS, task=self.name):
             result = super().__call__(*args, **kwargs)
@@ -87,6 +92,24 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         # what it gets ends up in worker logs and in task events, i.e. on Flower's screens.
         self._reply(kwargs, str(self.request.id), Reply(ok=True, result=result))
         return outline(result)
+
+    @functools.cached_property
+    def _takes_request(self) -> bool:
+        """Whether this task takes a ``request`` (every task takes that or nothing)."""
+        return "request" in inspect.signature(self.run).parameters
+
+    def _check_shape(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Refuses, before any effect, a message of any shape but ours: the request as the one keyword.
+
+        The namespace (what a token is checked against) is read from that one place only, so a request
+        passed positionally, nested or twice can never slip past the check.
+        """
+        expected = {"request"} if self._takes_request else set()
+        if args or set(kwargs) != expected or (expected and not isinstance(kwargs["request"], dict)):
+            raise InvalidRequestError(
+                f"{self.name} takes {'one keyword argument, request (an object)' if expected else 'no arguments'}; "
+                f"got {len(args)} positional and keywords {sorted(kwargs)}"
+            )
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         # Celery drops a message for good (``Reject(requeue=False)``) when it cannot publish the

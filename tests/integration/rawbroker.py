@@ -7,6 +7,7 @@ from typing import Any
 
 from kombu import Connection
 
+from memory_core.auth import AUTH_HEADER
 from memory_core.dispatch import celery_message
 from memory_core.messages import AddRequest, NewItem
 from memory_core.models import utcnow
@@ -21,10 +22,19 @@ def publish_raw(
     *,
     task_id: str | None = None,
     serializer: str = "json",
+    args: list[Any] | None = None,
+    token: str | None = None,
 ) -> str:
-    """Publishes one Celery protocol-2 message to the task's queue (this deployment's); returns its task id."""
+    """Publishes one Celery protocol-2 message to the task's queue (this deployment's); returns its task id.
+
+    ``args``: positional arguments (our client never sends any); ``token``: the auth header, as a client sets it.
+    """
     task_id = task_id or str(uuid.uuid4())
     body, headers = celery_message(task, task_id, kwargs, "raw")
+    if args is not None:
+        body = (args, *body[1:])
+    if token is not None:
+        headers[AUTH_HEADER] = token
     options = {"global_keyprefix": settings.broker_key_prefix}
     with Connection(settings.broker_url, transport_options=options) as conn:
         conn.Producer().publish(
