@@ -1,8 +1,12 @@
 """Dead letters: write tasks that failed for good, kept with their payload, listed, replayed or dropped.
 
 Replaying re-publishes the original task with its original arguments. Writes are
-idempotent (point ids derive from the item ids), so replaying a letter twice, or
-replaying one whose write had partly landed, changes nothing more.
+idempotent and monotonic (point ids derive from the item ids; a store keeps each
+item's newest ``seq``), so replaying a letter twice, or one whose write had partly
+landed, changes nothing more, and never undoes a later write.
+
+Letters that name no namespace (messages a worker could not decode or route) are
+listed and dropped as those of ``!ops``; they cannot be replayed.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory_core.dispatch import Dispatcher
+from memory_core.errors import InvalidRequestError
 from memory_core.keys import Keys
+from memory_core.routing import OPS_NAMESPACE
 
 
 class DeadLetter(BaseModel):
@@ -39,14 +45,22 @@ class DeadLetters:
         self._keys = keys
         self._dispatcher = dispatcher
 
+    def _key(self, namespace: str) -> str:
+        if namespace == OPS_NAMESPACE:
+            return self._keys.unroutable_dead_letters()
+        return self._keys.dead_letters(namespace)
+
     def namespaces(self) -> list[str]:
-        """Namespaces that have dead letters."""
+        """Namespaces that have dead letters (``!ops`` for those that name none)."""
         members = self._redis.smembers(self._keys.dead_letter_namespaces())
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        found = {m.decode() if isinstance(m, bytes) else str(m) for m in members}
+        if self._redis.llen(self._keys.unroutable_dead_letters()):
+            found.add(OPS_NAMESPACE)
+        return sorted(found)
 
     def entries(self, namespace: str) -> list[DeadLetter]:
         """The letters of one namespace, oldest first."""
-        raw = self._redis.lrange(self._keys.dead_letters(namespace), 0, -1)
+        raw = self._redis.lrange(self._key(namespace), 0, -1)
         return [DeadLetter(namespace=namespace, **json.loads(entry)) for entry in raw]
 
     def replay(self, namespace: str) -> list[str]:
@@ -55,6 +69,11 @@ class DeadLetters:
         Each letter is removed only after its task was accepted by the broker, so a failure midway
         leaves the rest in place for the next replay.
         """
+        if namespace == OPS_NAMESPACE:
+            raise InvalidRequestError(
+                f"the dead letters of {OPS_NAMESPACE!r} name no namespace (malformed or unroutable messages) and "
+                "cannot be replayed; read them with `dead-letters list`, then `drop` them"
+            )
         key = self._keys.dead_letters(namespace)
         sent = []
         while True:
@@ -70,7 +89,7 @@ class DeadLetters:
 
     def drop(self, namespace: str) -> int:
         """Deletes the letters of ``namespace``; returns how many there were."""
-        key = self._keys.dead_letters(namespace)
+        key = self._key(namespace)
         with self._redis.pipeline() as pipe:
             pipe.llen(key)
             pipe.delete(key)

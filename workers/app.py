@@ -16,12 +16,14 @@ from prometheus_client import REGISTRY
 import beat_schedule
 import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
 from memory_core import metrics, routing, tracing
+from memory_core.dispatch import open_redis
 from memory_core.errors import ConfigurationError
+from memory_core.keys import Keys
 from memory_core.metrics import NamespaceItems
 from memory_core.settings import Settings, get_settings
 from workers import services
 from workers.base import MemoryTask
-from workers.broker import transport_for
+from workers.broker import keep_poison_in, transport_for
 from workers.logging import on_setup_logging
 
 signals.setup_logging.connect(on_setup_logging, weak=False)
@@ -134,6 +136,8 @@ def _consume_with_fixed_transport(sender: Any = None, **_: Any) -> None:
     transport = transport_for(app.conf.broker_url)
     if transport is not None:
         app.conf.broker_transport = transport
+        settings = services.settings_of(app)
+        keep_poison_in(lambda: open_redis(settings), Keys(settings.redis.key_prefix).unroutable_dead_letters())
 
 
 @signals.worker_process_init.connect

@@ -14,16 +14,107 @@ Nothing is lost by skipping both: the messages are still in Redis's unacked inde
 and Redis hands them to a worker again when their visibility timeout passes (our
 tasks are idempotent). So on a detached channel these calls log and return, and the
 worker goes on to reconnect.
+
+A queue entry the worker cannot decode or route (not JSON, a body that is not base64
+or not a protocol-2 task, no task id or name: what a buggy producer, a truncated
+write or anyone with broker access leaves there) used to stop it: kombu decodes the
+entry unguarded and Celery takes the error for an unrecoverable one, and the message,
+by then in the unacked index, came back to stop every worker after it. Here every
+entry is checked before kombu or Celery see it; one that fails is moved, raw, to the
+unroutable dead letters (``memory-core dead-letters list --namespace '!ops'``), one
+line is logged, and the worker goes on serving.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
+import redis
 from kombu.transport import redis as kombu_redis
 
+from memory_core import metrics
+
 logger = logging.getLogger(__name__)
+
+_poison_letters: tuple[Callable[[], redis.Redis], str] | None = None
+_client: redis.Redis | None = None
+
+
+def keep_poison_in(connect: Callable[[], redis.Redis], key: str) -> None:
+    """Where this process puts queue entries it cannot use: a Redis list (opened on first use)."""
+    global _poison_letters, _client
+    _poison_letters, _client = (connect, key), None
+
+
+def poison_reason(entry: Any) -> str | None:
+    """Why a decoded queue entry cannot be a task message for this worker, or None when it can."""
+    if not isinstance(entry, dict):
+        return f"the entry is a JSON {type(entry).__name__}, not an object"
+    properties, headers, body = entry.get("properties"), entry.get("headers"), entry.get("body")
+    if not isinstance(properties, dict) or "delivery_tag" not in properties:
+        return "properties.delivery_tag is missing"
+    if not isinstance(properties.get("delivery_info"), dict):
+        return "properties.delivery_info is not an object"
+    if not isinstance(headers, dict):
+        return "headers is not an object"
+    for field in ("id", "task"):
+        if not isinstance(headers.get(field), str) or not headers[field]:
+            return f"headers.{field} is {headers.get(field)!r}, not a non-empty string"
+    if not isinstance(body, str):
+        return f"the body is a {type(body).__name__}, not text"
+    if entry.get("content-type") != "application/json":
+        return None  # Celery refuses content it does not accept (pickle) by itself, and goes on
+    try:
+        raw = base64.b64decode(body, validate=True) if properties.get("body_encoding") == "base64" else body.encode()
+        task_body = json.loads(raw.decode(entry.get("content-encoding") or "utf-8"))
+    except (binascii.Error, ValueError, LookupError) as exc:
+        return f"the body cannot be decoded ({type(exc).__name__})"
+    if not (
+        isinstance(task_body, list)
+        and len(task_body) == 3
+        and isinstance(task_body[0], list)
+        and isinstance(task_body[1], dict)
+        and isinstance(task_body[2], dict | None)
+    ):
+        return "the body is not a task's [args, kwargs, options]"
+    return None
+
+
+def _dead_letter(raw: str, reason: str, queue: str | None) -> None:
+    """Moves an unusable entry, as it was, to the unroutable dead letters; logs one line."""
+    global _client
+    metrics.DEAD_LETTERS.labels("unroutable").inc()
+    if _poison_letters is None:
+        logger.error("dropped a queue entry of %s that is no task message (%s): no dead-letter list", queue, reason)
+        return
+    connect, key = _poison_letters
+    letter = {
+        "task": "unroutable",
+        "task_id": "",
+        "kwargs": {"raw": raw, "queue": queue},
+        "error": {"type": "UnroutableMessage", "message": reason},
+        "retries": 0,
+        "failed_at": datetime.now(UTC).isoformat(),
+    }
+    try:
+        _client = _client or connect()
+        _client.rpush(key, json.dumps(letter))
+    except redis.RedisError:
+        logger.critical("dropped a queue entry of %s that is no task message (%s): Redis refused it", queue, reason)
+        return
+    logger.warning("moved a queue entry of %s that is no task message to %s: %s", queue, key, reason)
+
+
+def _raw_of(exc: json.JSONDecodeError | UnicodeDecodeError) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.doc
+    return exc.object.decode("utf-8", errors="replace")
 
 
 class QoS(kombu_redis.QoS):
@@ -59,9 +150,32 @@ class QoS(kombu_redis.QoS):
 class Channel(kombu_redis.Channel):
     QoS = QoS
 
+    def _brpop_read(self, **options: Any) -> Any:
+        # The entry is already popped when kombu fails to decode it: nothing else holds it now.
+        try:
+            return super()._brpop_read(**options)  # type: ignore[misc]  # kombu's Redis channel, untyped
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            _dead_letter(_raw_of(exc), f"the entry is not JSON ({exc})", None)
+            return True
+
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        while True:  # a poison entry is skipped: the caller asked for a message
+            try:
+                return super()._get(queue)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                _dead_letter(_raw_of(exc), f"the entry is not JSON ({exc})", queue)
+
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+    def _deliver(self, message: Any, queue: str | None) -> None:
+        # Checked before kombu records it as unacknowledged and before Celery routes it.
+        reason = poison_reason(message)
+        if reason is not None:
+            _dead_letter(json.dumps(message), reason, queue)
+            return
+        super()._deliver(message, queue)
 
 
 def transport_for(broker_url: str) -> str | None:
