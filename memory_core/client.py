@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Self
 
 import redis
@@ -78,7 +79,16 @@ from memory_core.session.session import Promotion
 from memory_core.settings import LimitsSettings, Settings, load_settings, redact_url
 from memory_core.short_term import ShortTermMemory, end_of_run
 from memory_core.tokens import TokenCounter, default_counter
-from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse, short_repr
+from memory_core.validation import (
+    check_filters,
+    check_lifecycle,
+    check_metadata,
+    check_text,
+    check_ttl,
+    check_value,
+    parse,
+    short_repr,
+)
 
 _NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
 _KEY: TypeAdapter[str] = TypeAdapter(Key)
@@ -106,8 +116,12 @@ def _check_query(query: object, limit: object, limits: LimitsSettings) -> None:
 _LIFECYCLE = ("importance", "source", "pinned", "ttl", "expires_at")
 
 
-def _lifecycle(options: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """Per-item lifecycle fields from keywords that are each one value for all items or a list of ``count``."""
+def _lifecycle(options: dict[str, Any], count: int, now: datetime) -> list[dict[str, Any]]:
+    """Per-item lifecycle fields from keywords that are each one value for all items or a list of ``count``.
+
+    Each value is checked as given (``check_lifecycle``): pydantic alone would coerce ``True`` to an importance
+    of 1.0 or ``"yes"`` to pinned, and would let a ttl through that overflows the worker's date arithmetic.
+    """
     unknown = set(options) - set(_LIFECYCLE)
     if unknown:
         raise InvalidRequestError(f"unknown add() options {sorted(unknown)}; expected some of {list(_LIFECYCLE)}")
@@ -123,8 +137,9 @@ def _lifecycle(options: dict[str, Any], count: int) -> list[dict[str, Any]]:
             values = list(value)
         else:
             values = [value] * count
-        for fields, one in zip(per_item, values, strict=True):
+        for i, (fields, one) in enumerate(zip(per_item, values, strict=True)):
             if one is not None:
+                check_lifecycle(name, one, f"item {i}", now)
                 fields[name] = one
     return per_item
 
@@ -225,9 +240,9 @@ class MemoryClient:
     def _state(self, namespace: str, key: str, kind: str, ttl: int | None, on_exit: Any) -> ShortTermMemory:
         namespace = self._authorized(_checked(_NAMESPACE, namespace, "namespace"))
         key = _checked(_KEY, key, "key")
-        seconds = self.settings.short_term.ttl if ttl is None else ttl
-        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
-            raise InvalidRequestError(f"ttl must be an int of seconds >= 0, got {seconds!r}")
+        # Bounded above too: Redis refuses an EXPIRE past its clock's range, which would surface as a
+        # misleading BrokerUnavailable at the first persist().
+        seconds = check_ttl(self.settings.short_term.ttl if ttl is None else ttl, "ttl", 0)
         return ShortTermMemory(
             self._redis,
             self.keys.short_term(namespace, key, kind),
@@ -262,11 +277,10 @@ class MemoryClient:
             raise InvalidRequestError(f"promote must be 'messages', 'summary', 'both' or 'none', got {promote!r}")
         config = self.settings.session
         name = _checked(_SET_NAME, config.promotion_set if set_name is None else set_name, "set_name")
-        seconds = config.ttl if ttl is None else ttl
+        seconds = check_ttl(config.ttl if ttl is None else ttl, "ttl", 0)
         count = config.max_messages if max_messages is None else max_messages
-        for what, number, low in (("ttl", seconds, 0), ("max_messages", count, 2)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < low:
-                raise InvalidRequestError(f"{what} must be an int >= {low}, got {number!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+            raise InvalidRequestError(f"max_messages must be an int >= 2, got {short_repr(count)}")
         return Session(
             self,
             namespace,
@@ -527,7 +541,8 @@ class LongTermMemory:
         With ``wait=False`` it returns the ids sent as soon as the broker has accepted the task.
         Lifecycle keywords, each one value for all items or a list with one per item: ``importance``
         (0..1, default 0.5), ``source`` (free text), ``pinned`` (never evicted or expired by policy),
-        ``ttl`` (seconds) or ``expires_at`` (an aware datetime); without either, the set's default TTL.
+        ``ttl`` (whole seconds, up to 100 years) or ``expires_at`` (an aware datetime within 100 years of
+        now); without either, the set's default TTL. Metadata ints must fit in signed 64 bits.
         Everything is validated before anything is enqueued.
         """
         receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas, **lifecycle)
@@ -557,8 +572,9 @@ class LongTermMemory:
             check_value(value, definition.item_type, f"item {i}", limits)
         if count == 0:
             return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=self._client.dispatcher)
-        per_item = _lifecycle(lifecycle, count)
-        now, first_seq = utcnow(), self._client.reserve_seq(count)
+        now = utcnow()
+        per_item = _lifecycle(lifecycle, count, now)
+        first_seq = self._client.reserve_seq(count)
         new_items = [
             parse(
                 NewItem,
@@ -629,12 +645,13 @@ class LongTermMemory:
 
         ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
         ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
-        ``{"source": "chat"}``, or a list for any-of.
+        ``{"source": "chat"}``, or a list for any-of; values are str or 64-bit int.
         """
         limits = self._client.settings.limits
         _check_query(query, limit, limits)
-        filters = dict(filters or {})
-        check_filters(filters)
+        filters = {} if filters is None else filters
+        check_filters(filters)  # before dict(): a str or a list of pairs is not a mapping of filters
+        filters = dict(filters)
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
         set_name = self._set_name(memory_set)

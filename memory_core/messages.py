@@ -23,6 +23,7 @@ from memory_core.models import (
     SearchMode,
     SetName,
 )
+from memory_core.validation import MAX_TTL_SECONDS
 
 SCHEMA_VERSION = 1
 
@@ -68,7 +69,8 @@ class NewItem(_Wire):
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     source: str | None = Field(default=None, max_length=200)
     pinned: bool = False
-    ttl: int | None = Field(default=None, ge=1)
+    # Bounded so the worker's created_time + timedelta(seconds=ttl) cannot overflow (a raw message included).
+    ttl: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     expires_at: datetime | None = None
 
     @model_validator(mode="after")

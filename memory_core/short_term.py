@@ -36,12 +36,16 @@ import redis
 
 from memory_core.errors import BrokerUnavailable, InvalidRequestError
 from memory_core.keys import decoded
+from memory_core.validation import MAX_TTL_SECONDS, check_text, short_repr
 
 NESTED_OBJECT = "NestedObject"
 """What ``get_fields()`` reports for a field that is itself an object (Flink Agents' marker)."""
 
 _MAX_DEPTH = 32
 _MAX_PATH_CHARS = 1024
+# json.dumps and json.loads refuse ints past sys.get_int_max_str_digits() (640 at the lowest setting, 4300 by
+# default); a bigger one would be accepted by set() and then fail every persist(). 2048 bits is 617 digits.
+_MAX_INT_BITS = 2048
 _OBJECT = {"o": 1}
 
 
@@ -50,10 +54,15 @@ def encode_value(value: Any, path: str, depth: int = 0) -> Any:
 
     Storable: None, bool, int, float, str, bytes, and lists and str-keyed dicts of those. Types are
     checked exactly (a str enum or a bytes subclass is refused), so what is read back is what was set.
+    Nesting past 32 levels and ints past 2048 bits raise ``InvalidRequestError``.
     """
     if depth > _MAX_DEPTH:
-        raise ValueError(f"value at {path!r} nests deeper than {_MAX_DEPTH} levels")
+        raise InvalidRequestError(f"value at {path!r} nests deeper than {_MAX_DEPTH} levels")
     kind = type(value)
+    if kind is int and value.bit_length() > _MAX_INT_BITS:
+        raise InvalidRequestError(
+            f"value at {path!r} is an int of {value.bit_length()} bits; at most {_MAX_INT_BITS} bits are allowed"
+        )
     if value is None or kind in (bool, int, str):
         return value
     if kind is float:
@@ -104,11 +113,12 @@ def decode_value(data: Any) -> Any:
 def _check_path(path: object) -> list[str]:
     if not isinstance(path, str):
         raise TypeError(f"path {path!r} is of type {type(path).__name__}; expected a str like 'a.b.c'")
-    if len(path) > _MAX_PATH_CHARS:
-        raise ValueError(f"path of {len(path)} characters; at most {_MAX_PATH_CHARS} are allowed")
+    # A path is a Redis hash field, encoded as UTF-8 at persist(): a lone surrogate refused only there would
+    # stay in the write-back buffer and fail every later persist() of the run.
+    check_text(path, f"path {short_repr(path)}", _MAX_PATH_CHARS)
     parts = path.split(".")
     if not path or any(not part for part in parts):
-        raise ValueError(f"path {path!r} is not valid: expected names separated by single dots, like 'a.b.c'")
+        raise InvalidRequestError(f"path {path!r} is not valid: expected names separated by single dots, like 'a.b.c'")
     return parts
 
 
@@ -255,7 +265,8 @@ class MemoryObject:
         """Sets ``path`` to ``value``, creating the objects above it; ``ttl`` seconds makes it expire.
 
         Raises ``ValueError`` when ``path`` (or a step above it) holds the other kind (object vs value),
-        and ``TypeError`` when ``value`` is not storable.
+        ``InvalidRequestError`` (a ``ValueError``) when ``path`` is not valid (empty names, not UTF-8) or
+        ``value`` is out of bounds, and ``TypeError`` when ``value`` is not storable. Nothing is buffered then.
         """
         field = self._absolute(path)
         encoded = encode_value(value, field)
@@ -409,6 +420,10 @@ def end_of_run(memory: ShortTermMemory, clean: bool) -> None:
 def _expiry(ttl: float | None, field: str) -> dict[str, float]:
     if ttl is None:
         return {}
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl) or ttl <= 0:
-        raise InvalidRequestError(f"ttl for {field!r} must be a positive number of seconds, got {ttl!r}")
+    # A range check, not math.isfinite: that raises OverflowError for an int past float range (10**400),
+    # and NaN and inf fail the comparison anyway.
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL_SECONDS:
+        raise InvalidRequestError(
+            f"ttl for {field!r} must be a positive number of seconds up to {MAX_TTL_SECONDS}, got {ttl!r}"
+        )
     return {"x": time.time() + ttl}

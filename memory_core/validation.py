@@ -9,6 +9,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -19,11 +20,26 @@ from memory_core.settings import LimitsSettings
 
 M = TypeVar("M", bound=BaseModel)
 
-FILTER_KEY = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Always applied with fullmatch: re.match with "$" would let a trailing newline through.
+FILTER_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+MAX_TTL_SECONDS = 100 * 365 * 24 * 3600
+"""The longest time to live anything accepts: 100 years, in seconds.
+
+Far inside what ``datetime`` arithmetic can reach (year 9999), and near enough that an expiry stored as
+float epoch seconds still reads back to the exact microsecond.
+"""
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""The ints metadata and filters may hold. The store turns wider ints into floats (``10**30`` came back
+as ``1e+30``), and its filter conditions take a signed 64-bit integer (a C long) only."""
 
 
 def short_repr(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, so error messages stay readable (and small)."""
+    if isinstance(value, int) and value.bit_length() > 4 * limit:
+        # Too long to show anyway, and str() of an int past ~4300 digits raises ValueError.
+        return f"<int of {value.bit_length()} bits>"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -76,12 +92,22 @@ def check_metadata(metadata: object, what: str, limits: LimitsSettings) -> None:
         raise InvalidRequestError(f"{what} is {size} bytes as JSON; at most {limits.max_metadata_bytes} are allowed")
 
 
-def _check_json(value: Any, where: str, max_depth: int, depth: int) -> None:
-    if value is None or isinstance(value, bool | int):
+def _check_number(value: float, where: str) -> None:
+    if isinstance(value, bool):
         return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidRequestError(f"{where} is {value!r}; only finite numbers are allowed")
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        raise InvalidRequestError(
+            f"{where} is {short_repr(value)}; ints must fit in signed 64 bits ({INT64_MIN} to {INT64_MAX})"
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidRequestError(f"{where} is {value!r}; only finite numbers are allowed")
+
+
+def _check_json(value: Any, where: str, max_depth: int, depth: int) -> None:
+    if value is None:
+        return
+    if isinstance(value, int | float):  # bool included
+        _check_number(value, where)
         return
     if isinstance(value, str):
         check_text(value, where, 1 << 30)
@@ -102,11 +128,18 @@ def _check_json(value: Any, where: str, max_depth: int, depth: int) -> None:
     raise InvalidRequestError(f"{where} is {type(value).__name__} {short_repr(value)}; expected a JSON value")
 
 
-def check_filters(filters: Mapping[str, Any]) -> None:
-    """Search filters: metadata key -> a str or int value, or a list of them (match any)."""
+def check_filters(filters: object) -> None:
+    """Search filters: a mapping of metadata key -> a str or int value, or a list of them (match any).
+
+    Strs must be UTF-8 encodable and ints must fit in signed 64 bits, as in stored metadata.
+    """
+    if not isinstance(filters, Mapping):
+        raise InvalidRequestError(f"filters is {type(filters).__name__} {short_repr(filters)}; expected a dict")
     for name, expected in filters.items():
-        if not isinstance(name, str) or not FILTER_KEY.match(name):
-            raise InvalidRequestError(f"filter key {name!r} is not a metadata key matching {FILTER_KEY.pattern}")
+        if not isinstance(name, str) or not FILTER_KEY.fullmatch(name):
+            raise InvalidRequestError(
+                f"filter key {short_repr(name)} is not a metadata key matching {FILTER_KEY.pattern}"
+            )
         values = expected if isinstance(expected, list) else [expected]
         if not values:
             raise InvalidRequestError(f"filter {name!r} has an empty list; give at least one value")
@@ -119,3 +152,60 @@ def check_filters(filters: Mapping[str, Any]) -> None:
                 )
             if not isinstance(v, str | int):
                 raise InvalidRequestError(f"filter {name!r} value {short_repr(v)} is not a str or int")
+            if isinstance(v, str):
+                check_text(v, f"filter {name!r} value {short_repr(v)}", 1 << 30)
+            elif not INT64_MIN <= v <= INT64_MAX:
+                raise InvalidRequestError(
+                    f"filter {name!r} value {short_repr(v)} is outside the signed 64-bit range "
+                    f"({INT64_MIN} to {INT64_MAX})"
+                )
+
+
+def check_ttl(value: object, what: str, minimum: int) -> int:
+    """A time to live in whole seconds, from ``minimum`` to ``MAX_TTL_SECONDS``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_TTL_SECONDS:
+        raise InvalidRequestError(
+            f"{what} must be an int of seconds from {minimum} to {MAX_TTL_SECONDS}, got {short_repr(value)}"
+        )
+    return value
+
+
+def check_lifecycle(name: str, value: object, what: str, now: datetime) -> None:
+    """One lifecycle field of an item to add, taken as given: no coercion, so what is stored is what was passed.
+
+    ``importance``: a number from 0 to 1. ``pinned``: a bool. ``source``: a str of at most 200 characters.
+    ``ttl``: an int of seconds from 1 to ``MAX_TTL_SECONDS``. ``expires_at``: an aware datetime within
+    ``MAX_TTL_SECONDS`` of ``now`` (the creation time).
+    """
+    label = f"{name} of {what}"
+    if name == "importance":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise InvalidRequestError(f"{label} is {short_repr(value)}; expected a number from 0 to 1")
+    elif name == "pinned":
+        if not isinstance(value, bool):
+            raise InvalidRequestError(f"{label} is {short_repr(value)}; expected a bool")
+    elif name == "source":
+        if not isinstance(value, str):
+            raise InvalidRequestError(f"{label} is {short_repr(value)}; expected a str or None")
+        check_text(value, label, 200)
+    elif name == "ttl":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TTL_SECONDS:
+            raise InvalidRequestError(
+                f"{label} is {short_repr(value)}; expected an int of seconds from 1 to {MAX_TTL_SECONDS}"
+            )
+    elif name == "expires_at":
+        _check_expiry(value, label, now)
+
+
+def _check_expiry(value: object, label: str, now: datetime) -> None:
+    if not isinstance(value, datetime):
+        raise InvalidRequestError(f"{label} is {short_repr(value)}; expected an aware datetime")
+    if value.utcoffset() is None:
+        raise InvalidRequestError(f"{label} is {value.isoformat()} and has no timezone; expected an aware datetime")
+    span = timedelta(seconds=MAX_TTL_SECONDS)
+    earliest, latest = now - span, now + span
+    if not earliest <= value <= latest:
+        raise InvalidRequestError(
+            f"{label} is {value.isoformat()}; expected at most {MAX_TTL_SECONDS} seconds (100 years) from now, "
+            f"between {earliest.isoformat()} and {latest.isoformat()}"
+        )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 import time
 import uuid
 
@@ -15,6 +16,7 @@ import redis
 
 from memory_core import InvalidRequestError, MemoryClient
 from memory_core.short_term import NESTED_OBJECT, MemoryObject
+from memory_core.validation import MAX_TTL_SECONDS
 
 
 @pytest.fixture
@@ -219,3 +221,31 @@ def test_short_term_state_is_scoped_by_namespace_and_key(client: MemoryClient, n
             client.short_term(bad, "k")
         with pytest.raises(InvalidRequestError):
             client.short_term(namespace, bad)
+
+
+def test_a_path_that_is_not_utf8_is_refused_at_set_and_the_run_still_persists(
+    client: MemoryClient, namespace: str, raw_redis: redis.Redis
+):
+    stm = client.short_term(namespace, "run-8")
+    stm.set("plan.good", 1)
+    for bad in ("plan.bad\ud800", "\udfff", "plan.\ud800.x"):
+        with pytest.raises(InvalidRequestError, match=rf"path {re.escape(repr(bad))} is not valid UTF-8"):
+            stm.set(bad, 1)
+        with pytest.raises(InvalidRequestError, match="not valid UTF-8"):
+            stm.new_object(bad)
+    stm.persist()  # nothing of the refused writes was buffered
+    assert not stm.dirty
+    assert sorted(raw_redis.hkeys(client.keys.short_term(namespace, "run-8"))) == [b"plan", b"plan.good"]
+    assert client.short_term(namespace, "run-8").get("plan").get_fields() == {"good": 1}
+
+
+def test_values_and_ttls_that_persist_could_not_handle_are_refused_at_set(client: MemoryClient, namespace: str):
+    stm = client.short_term(namespace, "run-9")
+    with pytest.raises(InvalidRequestError, match=r"'big' is an int of 16610 bits"):
+        stm.set("big", 10**5000)
+    for ttl in (10**400, MAX_TTL_SECONDS + 1, math.inf, math.nan):
+        with pytest.raises(InvalidRequestError, match="ttl for 'x' must be a positive number of seconds up to"):
+            stm.set("x", 1, ttl=ttl)
+    stm.set("x", 10**600, ttl=MAX_TTL_SECONDS)
+    stm.persist()
+    assert client.short_term(namespace, "run-9").get_fields() == {"x": 10**600}

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memory_core.errors import InvalidRequestError
 from memory_core.short_term import decode_value, encode_value
 
 _scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary()
@@ -37,3 +38,9 @@ def test_nesting_is_bounded():
         deep = [deep]
     with pytest.raises(ValueError, match="nests deeper"):
         encode_value(deep, "p")
+
+
+def test_ints_too_long_for_json_are_refused_naming_the_path():
+    assert decode_value(encode_value(2**2048 - 1, "p")) == 2**2048 - 1
+    with pytest.raises(InvalidRequestError, match=r"value at 'p\[0\]' is an int of 2049 bits; at most 2048"):
+        encode_value([2**2048], "p")
