@@ -3,6 +3,9 @@
 Business rules live in ``memory_core``; this class only carries outcomes:
 a success or a final failure is pushed to the client's reply list, and a write
 that fails for good is kept, payload and all, in its namespace's dead-letter list.
+It also refuses, before any effect, a message of any shape but ours or whose token
+does not grant its namespace; such a message is no failed write, and is kept, if at
+all, with the unroutable letters, which are never replayed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,27 @@ def request_namespace(kwargs: dict[str, Any] | None) -> str | None:
         return None
 
 
+# Marks an error as the refusal of a message as a whole (raised before the task had any effect).
+_REFUSED = "memory_core_refused_before_any_effect"
+
+
+def _refused(exc: MemoryCoreError) -> MemoryCoreError:
+    setattr(exc, _REFUSED, True)
+    return exc
+
+
+def _shape(expected: set[str]) -> str:
+    return "one keyword argument, request (an object)" if expected else "no arguments"
+
+
+def _got(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """What a message carried, by position count, keyword names and the request's type: never its values."""
+    got = f"{len(args)} positional argument(s) and keyword(s) {sorted(kwargs)!r}"
+    if "request" in kwargs and not isinstance(kwargs["request"], dict):
+        got += f", request of type {type(kwargs['request']).__name__}"
+    return got
+
+
 def error_info(exc: BaseException) -> ErrorInfo:
     """What a client is told about a failure: our typed errors as they are, anything else by type only."""
     if isinstance(exc, MemoryCoreError):
@@ -75,15 +99,9 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     acks_late = True
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self._check_shape(args, kwargs)
-        # Every task that takes a request must carry a token granting its namespace, when auth is on.
-        tokens = self.services.tokens
-        if tokens is not None and self._takes_request and self.name not in routing.OPS_REPLIES:
-            namespace = request_namespace(kwargs)
-            if namespace is None:
-                raise InvalidRequestError(f"{self.name} request names no valid namespace; refused")
-            if not tokens.grants(getattr(self.request, AUTH_HEADER, None), namespace):
-                raise refusal(namespace)
+        refused = self._refusal(args, kwargs)
+        if refused is not None:
+            raise refused
         headers = {name: getattr(self.request, name, None) for name in tracing.HEADERS}
         with tracing.consumer_span(self.name, headers), metrics.timed(metrics.TASK_SECONDS, task=self.name):
             result = super().__call__(*args, **kwargs)
@@ -98,18 +116,34 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         """Whether this task takes a ``request`` (every task takes that or nothing)."""
         return "request" in inspect.signature(self.run).parameters
 
-    def _check_shape(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Refuses, before any effect, a message of any shape but ours: the request as the one keyword.
+    @functools.cached_property
+    def _namespaced(self) -> bool:
+        """Whether this task's request names the namespace it acts on (all but the operator's, like backup)."""
+        return self._takes_request and self.name not in routing.OPS_REPLIES
 
-        The namespace (what a token is checked against) is read from that one place only, so a request
-        passed positionally, nested or twice can never slip past the check.
+    def _refusal(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> MemoryCoreError | None:
+        """Why this message must not run at all, or None; decided before the task has any effect.
+
+        We take one shape: the request as the one keyword (``request=<object>``), or no arguments, so the
+        namespace a token is checked against is read from one place, and a request passed positionally,
+        nested or twice never slips past the check. The token is checked first, wherever the request
+        keyword names a namespace: a message then leaves nothing in a namespace its token does not grant
+        but the refusal, replied to whoever waits there (a client with a wrong token must hear it).
         """
+        tokens = self.services.tokens
+        namespace = request_namespace(kwargs) if self._namespaced else None
+        token = getattr(self.request, AUTH_HEADER, None)
+        if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
+            return _refused(refusal(namespace))
         expected = {"request"} if self._takes_request else set()
         if args or set(kwargs) != expected or (expected and not isinstance(kwargs["request"], dict)):
-            raise InvalidRequestError(
-                f"{self.name} takes {'one keyword argument, request (an object)' if expected else 'no arguments'}; "
-                f"got {len(args)} positional and keywords {sorted(kwargs)}"
+            return _refused(InvalidRequestError(f"{self.name} takes {_shape(expected)}; got {_got(args, kwargs)}"))
+        if tokens is not None and self._namespaced and namespace is None:
+            named = kwargs["request"].get("namespace")
+            return _refused(
+                InvalidRequestError(f"{self.name} request names namespace {named!r:.80}, not a valid one; refused")
             )
+        return None
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
         # Celery drops a message for good (``Reject(requeue=False)``) when it cannot publish the
@@ -136,13 +170,21 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         logger.warning("task %s %s failed: %s", self.name, task_id, info.type)
         # The letter first: a caller told of the failure must find its payload already kept.
         if routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
-            self._dead_letter(kwargs, task_id, info)
+            # A refused message never ran: it is no failed write, and replaying it from its namespace's
+            # letters would send it again under the replaying operator's token (which may grant what the
+            # sender's did not). It is kept for inspection with the unroutable letters, never replayed.
+            self._dead_letter(args, kwargs, task_id, info, replayable=not getattr(exc, _REFUSED, False))
         self._reply(kwargs, task_id, Reply(ok=False, error=info))
 
+    def _reply_namespace(self, kwargs: Any) -> str | None:
+        """Where a client waits for this task's outcome: its request's namespace, ``!ops`` for operator tasks
+        (whose requests name none), nowhere for tasks that take no request (nobody waits for a sweep)."""
+        if self.name in routing.OPS_REPLIES:
+            return routing.OPS_NAMESPACE
+        return request_namespace(kwargs) if self._takes_request else None
+
     def _reply(self, kwargs: Any, task_id: str, reply: Reply) -> None:
-        namespace = request_namespace(kwargs)
-        if namespace is None and self.name in routing.OPS_REPLIES:
-            namespace = routing.OPS_NAMESPACE
+        namespace = self._reply_namespace(kwargs)
         if namespace is None:
             return
         svc = self.services
@@ -156,8 +198,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             # The write itself is durable; only the waiting client misses its answer (it times out).
             logger.warning("could not deliver the reply of task %s", task_id)
 
-    def _dead_letter(self, kwargs: Any, task_id: str, info: ErrorInfo) -> None:
-        namespace = request_namespace(kwargs)
+    def _dead_letter(self, args: Any, kwargs: Any, task_id: str, info: ErrorInfo, *, replayable: bool) -> None:
+        namespace = request_namespace(kwargs) if replayable else None
         svc = self.services
         letter = {
             "task": self.name,
@@ -167,6 +209,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             "retries": self.request.retries,
             "failed_at": datetime.now(UTC).isoformat(),
         }
+        if args:
+            letter["args"] = args  # only refused messages have any; kept so the letter shows what was sent
         key = svc.keys.dead_letters(namespace) if namespace else svc.keys.unroutable_dead_letters()
 
         def push(pipe: redis.client.Pipeline) -> None:

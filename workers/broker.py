@@ -38,7 +38,7 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
-from memory_core import metrics
+from memory_core import metrics, routing
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +68,13 @@ def poison_reason(entry: Any) -> str | None:
             return f"headers.{field} is {headers.get(field)!r}, not a non-empty string"
     if not isinstance(body, str):
         return f"the body is a {type(body).__name__}, not text"
-    if entry.get("content-type") != "application/json":
-        return None  # Celery refuses content it does not accept (pickle) by itself, and goes on
+    if entry.get("content-type") != "application/json" or entry.get("content-encoding", "utf-8") != "utf-8":
+        # The workers accept JSON only: anything else (pickle included) is never run.
+        return f"content type {entry.get('content-type')!r:.80} in {entry.get('content-encoding')!r:.40} is not JSON"
     try:
         raw = base64.b64decode(body, validate=True) if properties.get("body_encoding") == "base64" else body.encode()
-        task_body = json.loads(raw.decode(entry.get("content-encoding") or "utf-8"))
-    except (binascii.Error, ValueError, LookupError) as exc:
+        task_body = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError) as exc:
         return f"the body cannot be decoded ({type(exc).__name__})"
     if not (
         isinstance(task_body, list)
@@ -170,8 +171,9 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
     def _deliver(self, message: Any, queue: str | None) -> None:
-        # Checked before kombu records it as unacknowledged and before Celery routes it.
-        reason = poison_reason(message)
+        # Checked before kombu records it as unacknowledged and before Celery routes it. Only entries of our
+        # task queues: control messages (Flower switching task events on, inspect, ping) are no tasks.
+        reason = poison_reason(message) if (queue or "").rsplit("/", 1)[-1] in routing.QUEUES else None
         if reason is not None:
             _dead_letter(json.dumps(message), reason, queue)
             return

@@ -211,7 +211,9 @@ lifecycle_options = st.builds(
         {},
         optional={
             "importance": _mostly(
-                st.floats(0, 1) | st.sampled_from([0, 1]), st.sampled_from([-0.5, 1.5, True, "0.5", math.nan])
+                # 15 significant digits at most, as for metadata floats (the engine's 1-ULP rounding)
+                st.integers(0, 10**15).map(lambda m: m / 10**15) | st.sampled_from([0, 1]),
+                st.sampled_from([-0.5, 1.5, True, "0.5", math.nan]),
             ),
             "pinned": _mostly(st.booleans(), st.sampled_from(["yes", 1])),
             "source": _mostly(good_text | st.just("s" * 200), surrogate_text, st.sampled_from(["s" * 201, 5])),
