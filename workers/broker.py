@@ -69,7 +69,7 @@ def poison_reason(entry: Any) -> str | None:
     if not isinstance(body, str):
         return f"the body is a {type(body).__name__}, not text"
     if entry.get("content-type") != "application/json" or entry.get("content-encoding", "utf-8") != "utf-8":
-        # The workers accept JSON only: anything else (pickle included) is never run.
+        # The workers accept JSON only: any other serializer's content is never run.
         return f"content type {entry.get('content-type')!r:.80} in {entry.get('content-encoding')!r:.40} is not JSON"
     try:
         raw = base64.b64decode(body, validate=True) if properties.get("body_encoding") == "base64" else body.encode()
