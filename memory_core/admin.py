@@ -10,7 +10,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +33,8 @@ from memory_core.messages import (
     SetsReply,
 )
 from memory_core.settings import Settings, redact_url
+from memory_core.stores.files import copy_tree_sparse
+from memory_core.stores.owner import StoreOwner
 
 PAGE = 200
 """Items per export or import task: big enough to amortize a message, small enough for the broker."""
@@ -84,10 +85,11 @@ class Admin:
         """Asks a worker for a consistent snapshot of the store, named ``label``."""
         request = BackupRequest(label=label)
         dispatcher = self.client.dispatcher
+        dispatcher.require_worker(routing.BACKUP)
         task_id = dispatcher.send_raw(
             routing.BACKUP, {"request": request.model_dump(mode="json")}, json.dumps({"label": label})
         )
-        return BackupReply.model_validate(dispatcher.wait(routing.OPS_NAMESPACE, task_id, timeout))
+        return BackupReply.model_validate(dispatcher.wait(routing.OPS_NAMESPACE, task_id, timeout, task=routing.BACKUP))
 
     def restore(self, label: str) -> Path:
         """Puts the embedded engine's snapshot ``label`` in place of its data directory (workers stopped).
@@ -105,10 +107,12 @@ class Admin:
         if not source.is_dir():
             raise InvalidRequestError(f"no backup {label!r} at {source}")
         target = qdrant.path.resolve()
+        if target.exists():
+            StoreOwner(target).release()  # raises, naming the process, when a worker holds the store
         _refuse_if_open(target, [p.name for p in source.iterdir()])
         if target.exists():
             target.rename(target.with_name(f"{target.name}.before-restore-{time.strftime('%Y%m%dT%H%M%S')}"))
-        shutil.copytree(source, target)
+        copy_tree_sparse(source, target)
         self.invalidate_caches()
         return target
 

@@ -28,7 +28,7 @@ from memory_core.errors import BrokerUnavailable, InvalidRequestError
 from memory_core.keys import Keys, decoded
 from memory_core.models import ItemId, utcnow
 from memory_core.settings import LimitsSettings
-from memory_core.validation import check_metadata, check_text
+from memory_core.validation import check_metadata, check_text, short_repr
 
 
 class Checkpoint(BaseModel):
@@ -144,6 +144,11 @@ class CheckpointStore:
         thread_id = self._check_thread(thread_id)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise InvalidRequestError(f"limit must be a positive int or None, got {limit!r}")
+        if before is not None and not isinstance(before, str):
+            hint = "; pass its .id" if isinstance(before, Checkpoint) else ""
+            raise InvalidRequestError(
+                f"before must be a checkpoint id (str) or None, got {type(before).__name__} {short_repr(before)}{hint}"
+            )
         data, order = self._redis_keys(thread_id, checkpoint_ns)
         try:
             top = "+inf"

@@ -177,7 +177,7 @@ class WriteReceipt:
         """
         if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
             return self.ids
-        stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared)
+        stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared, task=routing.ADD)
         return AddReply.model_validate(stored).ids[self._offset : self._offset + len(self.ids)]
 
 
@@ -251,6 +251,7 @@ class MemoryClient:
             ttl=seconds or None,
             where=redact_url(self.settings.redis.url),
             on_exit=on_exit,
+            max_value_bytes=self.settings.short_term.max_value_bytes,
         )
 
     def session(
@@ -545,7 +546,9 @@ class LongTermMemory:
         now); without either, the set's default TTL. Metadata ints must fit in signed 64 bits.
         Everything is validated before anything is enqueued.
         """
-        receipt = self.submit(memory_set, items, ids=ids, metadatas=metadatas, **lifecycle)
+        # wait=True: told now, with nothing enqueued, that no worker would answer (after validation: bad
+        # input is reported as such, worker or not).
+        receipt = self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=wait)
         if wait:
             return receipt.wait()
         return receipt.ids
@@ -559,6 +562,18 @@ class LongTermMemory:
         **lifecycle: Any,
     ) -> WriteReceipt:
         """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
+        return self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=False)
+
+    def _submit(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None,
+        metadatas: Sequence[dict[str, Any]] | None,
+        lifecycle: dict[str, Any],
+        *,
+        need_worker: bool,
+    ) -> WriteReceipt:
         definition = self._definition(memory_set)
         if isinstance(items, str | bytes) or not isinstance(items, Sequence):
             raise InvalidRequestError(f"items must be a list of values, got {type(items).__name__}")
@@ -566,6 +581,7 @@ class LongTermMemory:
         limits = self._client.settings.limits
         if count > limits.max_items_per_call:
             raise InvalidRequestError(f"add got {count} items; at most {limits.max_items_per_call} per call")
+        id_given = ids is not None
         ids = self._item_ids(ids, count)
         metadatas = self._metadatas(metadatas, count)
         for i, value in enumerate(items):
@@ -584,6 +600,7 @@ class LongTermMemory:
                     "metadata": metadatas[i],
                     "created_time": now,
                     "seq": first_seq + i,
+                    "id_given": id_given,
                     **per_item[i],
                 },
                 f"item {i}",
@@ -591,6 +608,8 @@ class LongTermMemory:
             for i in range(count)
         ]
         request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
+        if need_worker:
+            self._client.dispatcher.require_worker(routing.ADD)
         sent = self._client.adds.send(request)
         return WriteReceipt(ids, sent.task_id, self.namespace, self._client.dispatcher, sent.offset, sent.shared)
 

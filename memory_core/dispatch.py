@@ -24,8 +24,9 @@ from kombu.pools import ProducerPool
 
 from memory_core import tracing
 from memory_core.auth import AUTH_HEADER
-from memory_core.errors import BrokerUnavailable, MemoryCoreError, ReplyTimeout, error_types
+from memory_core.errors import BrokerUnavailable, MemoryCoreError, NoWorkerAvailable, ReplyTimeout, error_types
 from memory_core.keys import Keys
+from memory_core.liveness import MISSED_BEATS, consumers
 from memory_core.messages import NamespaceRequest, Reply
 from memory_core.routing import ROUTES
 from memory_core.settings import Settings, redact_url
@@ -118,6 +119,43 @@ class Dispatcher:
         self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
         # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
         self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
+        # When each queue was last seen consumed: a hot loop of calls reads the heartbeats once a beat.
+        self._consumed_at: dict[str, float] = {}
+        self._beat = settings.celery.heartbeat_interval
+        self.closed = False
+
+    def require_worker(self, task: str) -> None:
+        """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
+        self._check_open()
+        queue = ROUTES[task]
+        # A worker beats every interval: one that is up but whose last beat was lost (Redis restarted
+        # without persistence) is found again within one, so look that long before saying none is up.
+        deadline = time.monotonic() + self._beat
+        try:
+            while not (consumed := self._consumed(queue)) and time.monotonic() < deadline:
+                time.sleep(min(0.1, self._beat))
+        except redis.RedisError as exc:
+            url = redact_url(self._settings.redis.url)
+            raise BrokerUnavailable(f"cannot read worker heartbeats from Redis at {url}: {exc}") from exc
+        if not consumed:
+            raise NoWorkerAvailable(
+                f"no worker consumes queue {queue!r} (none has sent a heartbeat in the last "
+                f"{self._beat * MISSED_BEATS:g}s); nothing was enqueued. Start one: memory-core up, "
+                f"or celery -A workers.app worker -Q {queue}"
+            )
+
+    def _consumed(self, queue: str) -> bool:
+        now = time.monotonic()
+        if now - self._consumed_at.get(queue, -1e9) < self._beat:
+            return True
+        alive = bool(consumers(self._redis, self._keys, queue))
+        if alive:
+            self._consumed_at[queue] = now
+        return alive
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this memory-core client is closed; create a new one")
 
     def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
@@ -125,6 +163,7 @@ class Dispatcher:
 
     def send_raw(self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None = None) -> str:
         """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
+        self._check_open()
         task_id = str(uuid.uuid4())
         queue = self._queues[ROUTES[task]]
         body, headers = celery_message(task, task_id, kwargs, summary)
@@ -161,14 +200,25 @@ class Dispatcher:
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
 
     def wait(
-        self, namespace: str, task_id: str, timeout: float | None = None, *, shared: bool = False
+        self,
+        namespace: str,
+        task_id: str,
+        timeout: float | None = None,
+        *,
+        shared: bool = False,
+        task: str | None = None,
     ) -> dict[str, Any]:
         """Blocks until the worker replies; returns the result or raises the worker's typed error.
 
         ``shared``: other callers wait for the same task (coalesced adds), so the reply is put back
         for them after it is read; the copy left over expires with the reply's TTL.
+        ``task``: its name; while no live worker consumes its queue for ``client.worker_grace`` seconds,
+        the wait ends with ``NoWorkerAvailable`` (the task stays queued and runs when a worker starts).
         """
+        self._check_open()
         limit = self._settings.client.timeout if timeout is None else timeout
+        queue = ROUTES.get(task or "")
+        unconsumed_since: float | None = None
         key = self._keys.reply(namespace, task_id)
         deadline = time.monotonic() + limit
         # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
@@ -182,8 +232,20 @@ class Dispatcher:
                     f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
                 )
             try:
-                popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds))
+                popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds, self._beat))
                 lost_since = None
+                if popped is None and queue is not None:
+                    now = time.monotonic()
+                    if self._consumed(queue):
+                        unconsumed_since = None
+                    elif unconsumed_since is None:
+                        unconsumed_since = now
+                    elif now - unconsumed_since >= self._settings.client.worker_grace:
+                        raise NoWorkerAvailable(
+                            f"no worker has consumed queue {queue!r} for "
+                            f"{self._settings.client.worker_grace:g}s while waiting for task {task_id}; "
+                            "it stays queued and runs when a worker starts"
+                        )
                 if popped is not None and shared:
                     with self._redis.pipeline() as pipe:
                         pipe.lpush(key, popped[1])
@@ -204,11 +266,13 @@ class Dispatcher:
         raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
 
     def call(self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None) -> dict[str, Any]:
-        """``send`` then ``wait``."""
-        return self.wait(request.namespace, self.send(task, request, summary), timeout)
+        """``send`` then ``wait``; raises ``NoWorkerAvailable`` at once, sending nothing, if no worker would take it."""
+        self.require_worker(task)
+        return self.wait(request.namespace, self.send(task, request, summary), timeout, task=task)
 
     def close(self) -> None:
-        """Releases broker connections."""
+        """Releases broker connections; later calls raise at once."""
+        self.closed = True
         self._producers.force_close_all()  # type: ignore[attr-defined]  # kombu-stubs omit Resource methods
         self._producers.connections.force_close_all()
         self._connection.release()

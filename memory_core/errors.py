@@ -6,12 +6,14 @@ client sees) is a ``MemoryCoreError``::
     MemoryCoreError
     ├── ConfigurationError        (also a ValueError)
     ├── InvalidRequestError       (also a ValueError)
-    │   └── SetDefinitionConflict
+    │   └── ConflictError
+    │       └── SetDefinitionConflict
     ├── NotFoundError
     │   └── MemorySetNotFound
     ├── AuthorizationError
     ├── BrokerUnavailable
     ├── ReplyTimeout
+    │   └── NoWorkerAvailable
     ├── StoreError
     │   └── TransientStoreError   (tasks retry on these)
     ├── EmbedderError
@@ -38,7 +40,11 @@ class InvalidRequestError(MemoryCoreError, ValueError):
     """Raised when a call's arguments or a task message fail validation; nothing was enqueued or written."""
 
 
-class SetDefinitionConflict(InvalidRequestError):
+class ConflictError(InvalidRequestError):
+    """Raised when a request contradicts what exists (a set's other definition, a backup label taken)."""
+
+
+class SetDefinitionConflict(ConflictError):
     """Raised when get_or_create names an existing memory set with a different definition."""
 
 
@@ -62,6 +68,10 @@ class ReplyTimeout(MemoryCoreError):
     """Raised when a worker did not answer a waiting call in time; the task may still run."""
 
 
+class NoWorkerAvailable(ReplyTimeout):
+    """Raised within seconds when no live worker consumes the queue a waiting call needs; names the queue."""
+
+
 class StoreError(MemoryCoreError):
     """Raised when the vector store rejects or fails an operation."""
 
@@ -80,6 +90,12 @@ class SummarizerError(MemoryCoreError):
 
 class CompactionError(MemoryCoreError):
     """Raised when a compaction cannot complete."""
+
+
+CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (ConflictError, AuthorizationError)
+"""Failures that are the caller's to fix: replied to, never dead-lettered (replaying the same message fails
+the same way). A message the worker cannot parse is kept (it may come from a newer client: it lands
+after an upgrade), and so is a write into a set that does not exist yet (it lands once the set is created)."""
 
 
 def error_types() -> dict[str, type[MemoryCoreError]]:

@@ -98,6 +98,18 @@ class Keys:
         """Dead letters whose message named no valid namespace (malformed or hostile input)."""
         return f"{self.prefix}:{_OPS}:deadletters-unroutable"
 
+    def worker(self, name: str) -> str:
+        """One live worker's heartbeat (JSON about it), expiring unless refreshed."""
+        return f"{self.prefix}:{_OPS}:worker:{name}"
+
+    def workers(self) -> str:
+        """The set of workers that have sent a heartbeat (members whose heartbeat expired are pruned by readers)."""
+        return f"{self.prefix}:{_OPS}:workers"
+
+    def queue_workers(self, queue: str) -> str:
+        """The set of workers that have said they consume ``queue``."""
+        return f"{self.prefix}:{_OPS}:queue-workers:{queue}"
+
     def short_term(self, namespace: str, key: str, kind: str = "stm") -> str:
         """Hash of one short-term state (``kind`` stm) or sensory memory (``kind`` sensory): path -> entry."""
         return f"{self.prefix}:{namespace}:{kind}:{key}"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from memory_core.models import (
     ChatMessage,
@@ -66,12 +66,15 @@ class NewItem(_Wire):
     metadata: dict[str, Any] = Field(default_factory=dict)
     created_time: datetime
     seq: int = Field(ge=0)
-    importance: float = Field(default=0.5, ge=0.0, le=1.0)
+    importance: StrictFloat = Field(default=0.5, ge=0.0, le=1.0)
     source: str | None = Field(default=None, max_length=200)
-    pinned: bool = False
+    pinned: StrictBool = False
     # Bounded so the worker's created_time + timedelta(seconds=ttl) cannot overflow (a raw message included).
-    ttl: int | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
+    ttl: StrictInt | None = Field(default=None, ge=1, le=MAX_TTL_SECONDS)
     expires_at: datetime | None = None
+    # The caller named this id: a deduplicating set then never folds the item into another id (it stays
+    # addressable by it); items the client named itself fold into an equal one.
+    id_given: StrictBool = False
 
     @model_validator(mode="after")
     def _one_expiry(self) -> NewItem:
@@ -142,6 +145,9 @@ class CompactionReport(_Wire):
     input_tokens: int = 0
     output_tokens: int = 0
     recovered: int = 0
+    # Who wrote the summaries (a Claude model id, or "extractive"), and what the caller should know about it.
+    summarizer: str | None = None
+    notes: list[str] = Field(default_factory=list)
 
 
 class SweepReport(_Wire):
@@ -348,6 +354,7 @@ class BackupReply(_Wire):
 
     location: str
     parts: list[str]
+    bytes_on_disk: int = 0  # what the snapshot takes (its files stay sparse); 0 for server snapshots
 
 
 class ErrorInfo(_Wire):

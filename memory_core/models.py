@@ -20,10 +20,18 @@ from pydantic import (
     Field,
     PlainSerializer,
     PrivateAttr,
+    StrictFloat,
+    StrictInt,
     StringConstraints,
+    ValidationError,
     field_validator,
     model_validator,
 )
+
+# pydantic's model metaclass has no public name (SQLModel and others import it from here too).
+from pydantic._internal._model_construction import ModelMetaclass
+
+from memory_core.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from memory_core.client import LongTermMemory
@@ -45,6 +53,34 @@ Namespace = Annotated[
 Key = Annotated[str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)]
 SetName = Annotated[str, StringConstraints(pattern=_NAME, min_length=1, max_length=128), AfterValidator(_not_only_dots)]
 ItemId = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+def describe(exc: ValidationError, what: str) -> str:
+    """One line naming each offending field, what was wrong, and the value given (cut short)."""
+    problems = []
+    for err in exc.errors()[:5]:
+        where = ".".join(str(p) for p in err["loc"]) or what
+        given = repr(err.get("input"))
+        problems.append(f"{where}: {err['msg']} (got {given if len(given) <= 80 else given[:77] + '...'})")
+    return f"invalid {what}: " + "; ".join(problems)
+
+
+class _Refusing(ModelMetaclass):
+    # Only a direct ``Model(...)`` call goes through here; validation of nested fields and model_validate
+    # (the worker's parsing, whose callers convert errors themselves) build instances without it.
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except ValidationError as exc:
+            raise InvalidRequestError(describe(exc, cls.__name__)) from exc
+
+
+class PublicModel(BaseModel, metaclass=_Refusing):
+    """A model callers build themselves: bad input raises ``InvalidRequestError``, like every other call.
+
+    Numbers are strict (``StrictInt``, ``StrictFloat`` on their fields): a string is never read as a
+    number, nor a float cut to an int.
+    """
 
 
 def utcnow() -> datetime:
@@ -69,7 +105,7 @@ class MessageRole(enum.StrEnum):
     TOOL = "tool"
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(PublicModel):
     """One chat turn; ``str()`` gives ``"role: content"``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -83,7 +119,7 @@ class ChatMessage(BaseModel):
         return f"{self.role.value}: {self.content}"
 
 
-class CompactionConfig(BaseModel):
+class CompactionConfig(PublicModel):
     """How a set is folded into summaries once it reaches capacity.
 
     Attributes:
@@ -96,10 +132,10 @@ class CompactionConfig(BaseModel):
 
     model: str = Field(default="claude-haiku-4-5", min_length=1, max_length=200)
     prompt: str | None = Field(default=None, max_length=20_000)
-    limit: int = Field(default=1, ge=1, le=100)
+    limit: StrictInt = Field(default=1, ge=1, le=100)
 
 
-class DatetimeRange(BaseModel):
+class DatetimeRange(PublicModel):
     """A span of time, used as the ``created_time`` of a summary: from its oldest source to its newest."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -114,7 +150,7 @@ class DatetimeRange(BaseModel):
         return self
 
 
-class EvictionPolicy(BaseModel):
+class EvictionPolicy(PublicModel):
     """Keep a set at ``max_items`` by evicting the least recently read (``lru``) or least important items.
 
     ``importance`` evicts the lowest importance first, then the least recently read. Pinned items are
@@ -123,7 +159,7 @@ class EvictionPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_items: int = Field(ge=1)
+    max_items: StrictInt = Field(ge=1)
     policy: Literal["lru", "importance"] = "lru"
 
 
@@ -145,7 +181,7 @@ _ITEM_TYPES: dict[str, type[str | ChatMessage]] = {
 ItemType = Annotated[type[str] | type[ChatMessage], PlainSerializer(_item_type_name, return_type=str)]
 
 
-class MemorySet(BaseModel):
+class MemorySet(PublicModel):
     """The definition of a memory set, plus (when obtained from a client) convenience methods.
 
     Two sets are equal when their definitions are equal; the binding to a client is not compared.
@@ -155,15 +191,15 @@ class MemorySet(BaseModel):
 
     name: SetName
     item_type: ItemType = str
-    capacity: int = Field(default=100, ge=1, le=1_000_000)
+    capacity: StrictInt = Field(default=100, ge=1, le=1_000_000)
     compaction_config: CompactionConfig = CompactionConfig()
-    ttl_seconds: int | None = Field(default=None, ge=1)
+    ttl_seconds: StrictInt | None = Field(default=None, ge=1)
     eviction: EvictionPolicy | None = None
     dedup: DedupMode | None = None
-    dedup_threshold: float = Field(default=0.95, gt=0.0, le=1.0)
+    dedup_threshold: StrictFloat = Field(default=0.95, gt=0.0, le=1.0)
     # How many earlier items of the set are indexed with each item for lexical search (its "context"):
     # a turn is found by the words of the turns that led to it. 0 indexes each item alone.
-    context_window: int = Field(default=2, ge=0, le=16)
+    context_window: StrictInt = Field(default=2, ge=0, le=16)
 
     # Typed loosely: pydantic would otherwise need the client module to build this model.
     _ltm: Any = PrivateAttr(default=None)
@@ -217,6 +253,16 @@ class MemorySet(BaseModel):
     ) -> list[str]:
         """Adds items to this set; see ``LongTermMemory.add`` (``importance``, ``source``, ``pinned``, ``ttl``...)."""
         return self._bound().add(self, items, ids=ids, metadatas=metadatas, wait=wait, **lifecycle)
+
+    def submit(
+        self,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        **lifecycle: Any,
+    ) -> Any:
+        """Adds items without waiting; returns a ``WriteReceipt`` to wait on. See ``LongTermMemory.submit``."""
+        return self._bound().submit(self, items, ids=ids, metadatas=metadatas, **lifecycle)
 
     def get(self, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
         """Returns items of this set in insertion order; see ``LongTermMemory.get``."""

@@ -10,7 +10,8 @@ of the key, then for each candidate:
 ``half_life_hours`` (state with no time, i.e. the live short-term state, counts as new),
 ``importance`` is the item's (0.5 unless set). Candidates are then taken best first; one whose
 embedding is within ``dedup_threshold`` of a kept one is the same fact seen again (a session
-message that was also promoted, a fact stated twice) and only adds its tier to ``also_in``.
+message that was also promoted, a fact stated twice) and only adds its tier to ``also_in`` (each
+other tier once).
 Finally the list is cut to ``limit`` and to what fits ``token_budget`` in the context block.
 """
 
@@ -64,7 +65,8 @@ class Recaller:
             )
             if twin is None:
                 kept.append(i)
-            else:
+            elif pool[i].label != pool[twin].label and pool[i].label not in scores[twin].also_in:
+                # The other tiers it was found in, each once: a fact stated twice in one tier adds nothing.
                 scores[twin].also_in.append(pool[i].label)
         items = [scores[i] for i in kept[: request.limit]]
         items, context = self._within_budget(items, request.token_budget)

@@ -43,7 +43,7 @@ from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.redaction import Redactor
 from memory_core.settings import LimitsSettings
 from memory_core.stores import ItemRecord, VectorStore
-from memory_core.stores.base import require_set, text_hash
+from memory_core.stores.base import lifecycle_payload, require_set, text_hash
 from memory_core.validation import check_filters, check_metadata, check_text, check_value, parse
 
 logger = logging.getLogger(__name__)
@@ -52,6 +52,24 @@ logger = logging.getLogger(__name__)
 def _delete_seq(seq: int | None) -> int:
     """A delete's place in the writes' order: the client's, or now on this worker for a message without one."""
     return seq if seq is not None else time.time_ns()
+
+
+def folded(target: MemorySetItem, item: MemorySetItem) -> MemorySetItem:
+    """``target`` with ``item`` folded into it, losing nothing the caller set on either.
+
+    Metadata: merged, the newer item's keys winning. Pinned: if either is. Importance: the higher.
+    Source: the newer item's, when it names one. Expiry: the later; none (never) if either has none.
+    """
+    expires = None if target.expires_at is None or item.expires_at is None else max(target.expires_at, item.expires_at)
+    return target.model_copy(
+        update={
+            "additional_metadata": {**target.additional_metadata, **item.additional_metadata},
+            "pinned": target.pinned or item.pinned,
+            "importance": max(target.importance, item.importance),
+            "source": item.source if item.source is not None else target.source,
+            "expires_at": expires,
+        }
+    )
 
 
 def embedding_text(item: MemorySetItem) -> str:
@@ -203,13 +221,14 @@ class MemoryService:
                 latest[item[0].id] = (item, vector)
         items = [item for item, _ in latest.values()]
         merged_vectors = [vector for _, vector in latest.values()]
+        named = {new.id for one in prepared for new in one.request.items if new.id_given}
         if definition.effective_dedup == "none":
             self._upsert(request.scope, items, merged_vectors, definition.context_window)
             stored_as = {item.id: item.id for item, _ in items}
         else:
             # Embedded before taking the set's lock: only the check-and-write needs to be serialized.
             with self._write_lock(request.scope):
-                stored_as = self._add_deduplicated(request.scope, definition, items, merged_vectors)
+                stored_as = self._add_deduplicated(request.scope, definition, items, merged_vectors, named)
         hint = self.coordinator.grew(request.scope, len(items)) if self.coordinator is not None else None
         logger.debug("added %d items to %s from %d requests", len(items), request.scope, len(prepared))
         self._check_capacity(request.scope, definition, hint)
@@ -226,7 +245,8 @@ class MemoryService:
             else:
                 value = value.model_copy(update={"content": self.redactor.text(value.content)})
         expires_at = new.expires_at
-        ttl = new.ttl if new.ttl is not None else definition.ttl_seconds
+        # A pinned item never expires by policy, so the set's default TTL gives it no expiry to show.
+        ttl = new.ttl if new.ttl is not None or new.pinned else definition.ttl_seconds
         if expires_at is None and ttl is not None:
             expires_at = new.created_time + timedelta(seconds=ttl)
         item = MemorySetItem(
@@ -255,16 +275,21 @@ class MemoryService:
         definition: MemorySet,
         items: list[tuple[MemorySetItem, int]],
         vectors: list[list[float]],
+        named: set[str],
     ) -> dict[str, str]:
-        """Folds items equal (exact) or close (semantic) to an existing or earlier one into it; stores the rest."""
+        """Folds items equal (exact) or close (semantic) to an existing or earlier one into it; stores the rest.
+
+        An item whose id the caller named is never folded into another id: it is stored under its own, so
+        ``get`` finds it by that id. A fold keeps what the caller set (``folded``).
+        """
         existing = self.store.find_by_text_hash(scope, [text_hash(item.value) for item, _ in items])
         stored_as: dict[str, str] = {}
         kept: list[tuple[MemorySetItem, int]] = []
         kept_vectors: list[list[float]] = []
-        merges: dict[str, tuple[MemorySetItem, dict[str, Any]]] = {}
+        merges: dict[str, MemorySetItem] = {}  # target id -> the target with every fold into it applied
         for (item, seq), vector in zip(items, vectors, strict=True):
-            target = existing.get(text_hash(item.value))
-            if target is None and definition.effective_dedup == "semantic":
+            target = None if item.id in named else existing.get(text_hash(item.value))
+            if target is None and item.id not in named and definition.effective_dedup == "semantic":
                 target = self._nearest(scope, vector, kept, kept_vectors, definition.dedup_threshold)
             if target is None or target.id == item.id:
                 kept.append((item, seq))
@@ -272,22 +297,21 @@ class MemoryService:
                 existing.setdefault(text_hash(item.value), item)
                 stored_as[item.id] = item.id
                 continue
-            base = merges.get(target.id, (target, dict(target.additional_metadata)))[1]
-            merges[target.id] = (target, {**base, **item.additional_metadata})
+            merges[target.id] = folded(merges.get(target.id, target), item)
             stored_as[item.id] = target.id
         self._upsert(scope, kept, kept_vectors, definition.context_window)
         now = time.time()
         kept_seqs = {item.id: seq for item, seq in kept}
-        for target, metadata in merges.values():
+        for target_id, merged in merges.items():
+            fields: dict[str, Any] = {"metadata": merged.additional_metadata, **lifecycle_payload(merged)}
             version: int | None
-            if target.id in kept_seqs:  # folded into an item of this same call
-                fields: dict[str, Any] = {"metadata": metadata}
-                version = kept_seqs[target.id]
+            if target_id in kept_seqs:  # folded into an item of this same call
+                version = kept_seqs[target_id]
             else:
-                fields = {"metadata": metadata, "last_accessed_time": now}
-                version = target.seq
+                fields["last_accessed_time"] = now
+                version = merged.seq
             # Only onto the version the fold read: a replayed fold never merges into a newer write of the item.
-            self.store.set_fields(scope, [target.id], fields, seq=version)
+            self.store.set_fields(scope, [target_id], fields, seq=version)
         return stored_as
 
     def _nearest(

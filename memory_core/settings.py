@@ -8,16 +8,40 @@ test fixtures) call :func:`get_settings`; library classes take a ``Settings``
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
+import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+
+def _blank_is_unset(value: object) -> object:
+    # docker-compose passes MEMORY_ANTHROPIC__API_KEY= when no key is given: an empty secret is no secret.
+    raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+    return None if isinstance(raw, str) and not raw.strip() else value
+
+
+Secret = Annotated[SecretStr | None, BeforeValidator(_blank_is_unset)]
+"""An optional secret; empty or blank counts as unset."""
 
 
 def redact_url(url: str) -> str:
@@ -51,7 +75,7 @@ class QdrantSettings(BaseModel):
     backend: Literal["edge", "server", "local"] = "edge"
     path: Path = Path(".memory-core/qdrant")
     url: str | None = None
-    api_key: SecretStr | None = None
+    api_key: Secret = None
     collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
     timeout: float = Field(default=10.0, gt=0)
     # How long a deleted item's tombstone refuses older writes of it: longer than any task can be delivered
@@ -73,7 +97,7 @@ class EmbedderSettings(BaseModel):
 class AnthropicSettings(BaseModel):
     """Claude, used by the summarizer when an API key is set."""
 
-    api_key: SecretStr | None = None
+    api_key: Secret = None
     base_url: str | None = None
     timeout: float = Field(default=60.0, gt=0)
     max_retries: int = Field(default=2, ge=0)
@@ -136,6 +160,9 @@ class ShortTermSettings(BaseModel):
     """Short-term and sensory state: how long an untouched state object lives in Redis (0: no expiry)."""
 
     ttl: int = Field(default=86_400, ge=0)
+    # The largest value one path may hold, as stored (JSON): Redis answers every read of the state with
+    # the whole hash, so one huge value slows every reader of it.
+    max_value_bytes: int = Field(default=1_048_576, ge=1, le=512 * 1_048_576)
 
 
 class SessionSettings(BaseModel):
@@ -203,6 +230,9 @@ class CelerySettings(BaseModel):
     # Task events (what Flower shows) cost three broker messages per task: ~10% of the throughput of
     # small writes. Flower switches them on in the workers while it runs (its enable_events default).
     task_events: bool = False
+    # Each worker refreshes its heartbeat (memory_core.liveness) this often; it counts as gone after four
+    # missed beats, and a waiting client then stops waiting for it.
+    heartbeat_interval: float = Field(default=1.0, gt=0, le=60)
 
     @model_validator(mode="after")
     def _redelivery_after_backoff(self) -> CelerySettings:
@@ -219,7 +249,7 @@ class CelerySettings(BaseModel):
 class AuthSettings(BaseModel):
     """Per-namespace API tokens (off when unset): a JSON object of token -> namespace, kept secret."""
 
-    tokens: SecretStr | None = None
+    tokens: Secret = None
 
     @field_validator("tokens")
     @classmethod
@@ -239,7 +269,7 @@ class ClientSettings(BaseModel):
     """How the thin client waits for workers, and the token it sends when auth is on."""
 
     timeout: float = Field(default=60.0, gt=0)
-    token: SecretStr | None = None
+    token: Secret = None
     publish_retries: int = Field(default=2, ge=0)
     # A task already published keeps its client waiting through a Redis restart this long.
     reconnect_window: float = Field(default=10.0, ge=0)
@@ -249,6 +279,9 @@ class ClientSettings(BaseModel):
     # While several callers add at once, the next publish waits up to this long for the callers the
     # previous one released, so they share a message (a lone caller never waits); 0 turns it off.
     coalesce_linger_ms: float = Field(default=1.0, ge=0, le=100)
+    # A call that needs a worker fails with NoWorkerAvailable at once when none consumes its queue. One
+    # already waiting when the last worker goes away waits this long for one to come back (a restart).
+    worker_grace: float = Field(default=10.0, ge=0)
 
 
 class FlowerSettings(BaseModel):
@@ -257,7 +290,7 @@ class FlowerSettings(BaseModel):
     address: str = "127.0.0.1"
     port: int = Field(default=5555, ge=1, le=65535)
     # "user:password", or several separated by commas. Required by ops/flower unless --dev.
-    basic_auth: SecretStr | None = None
+    basic_auth: Secret = None
 
     @field_validator("basic_auth")
     @classmethod
@@ -361,11 +394,43 @@ class Settings(BaseSettings):
         return f"{self.redis.key_prefix}/" if self.broker_is_redis else ""
 
 
+def setting_names() -> frozenset[str]:
+    """Every environment variable a setting is read from: ``MEMORY_GROUP`` (JSON) and ``MEMORY_GROUP__FIELD``."""
+    names = set()
+
+    def walk(prefix: str, model: type[BaseModel]) -> None:
+        for name, field in model.model_fields.items():
+            variable = f"{prefix}{name.upper()}"
+            names.add(variable)
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                walk(variable + "__", field.annotation)
+
+    walk("MEMORY_", Settings)
+    return frozenset(names)
+
+
+def unknown_setting_names(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """``MEMORY_*`` variables that are no setting (a typo is otherwise silently ignored), each with the
+    closest setting's name, if one is close. ``MEMORY_TEST_*`` belong to the test suite."""
+    known = setting_names()
+    found: dict[str, str | None] = {}
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith("MEMORY_") and not upper.startswith("MEMORY_TEST_") and upper not in known:
+            close = difflib.get_close_matches(upper, known, n=1, cutoff=0.75)
+            found[name] = close[0] if close else None
+    return found
+
+
 def load_settings(**overrides: object) -> Settings:
     """Builds ``Settings`` from the environment, turning validation errors into ``ConfigurationError``.
 
-    The message names each offending variable (``MEMORY_GROUP__FIELD``) and what was wrong.
+    The message names each offending variable (``MEMORY_GROUP__FIELD``) and what was wrong. Variables
+    that look like settings but are none are named in a warning.
     """
+    for name, close in unknown_setting_names(os.environ).items():
+        hint = f"; did you mean {close}?" if close else "; see .env.example for every setting"
+        logger.warning("%s is not a memory-core setting and is ignored%s", name, hint)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]  # overrides are validated by pydantic
     except ValidationError as exc:

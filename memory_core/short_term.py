@@ -125,8 +125,11 @@ def _check_path(path: object) -> list[str]:
 class _State:
     """The L1 of one ``(namespace, key)``: a snapshot of the Redis hash and the writes not yet persisted."""
 
-    def __init__(self, redis_client: redis.Redis, redis_key: str, ttl: int | None, where: str) -> None:
+    def __init__(
+        self, redis_client: redis.Redis, redis_key: str, ttl: int | None, where: str, max_value_bytes: int
+    ) -> None:
         self.redis = redis_client
+        self.max_value_bytes = max_value_bytes
         self.redis_key = redis_key
         self.ttl = ttl
         self.where = where  # the Redis URL without its password, for error messages
@@ -270,6 +273,12 @@ class MemoryObject:
         """
         field = self._absolute(path)
         encoded = encode_value(value, field)
+        size = len(json.dumps(encoded).encode())
+        if size > self._state.max_value_bytes:
+            raise InvalidRequestError(
+                f"value at {field!r} is {size:,} bytes as stored; at most {self._state.max_value_bytes:,} "
+                "(MEMORY_SHORT_TERM__MAX_VALUE_BYTES); keep large documents in long-term memory or a blob store"
+            )
         with self._state.lock:
             existing = self._state.visible(field)
             if existing is not None and "o" in existing:
@@ -364,8 +373,9 @@ class ShortTermMemory(MemoryObject):
         ttl: int | None,
         where: str,
         on_exit: Callable[[ShortTermMemory, bool], None] | None = None,
+        max_value_bytes: int = 1_048_576,
     ) -> None:
-        super().__init__(_State(redis_client, redis_key, ttl, where))
+        super().__init__(_State(redis_client, redis_key, ttl, where, max_value_bytes))
         self.namespace = namespace
         self.key = key
         self._on_exit = on_exit

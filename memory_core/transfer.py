@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from memory_core.errors import InvalidRequestError
+from memory_core.errors import ConflictError, InvalidRequestError
 from memory_core.messages import (
     BackupReply,
     BackupRequest,
@@ -29,6 +29,7 @@ from memory_core.models import Scope
 from memory_core.service import MemoryService, embedding_text
 from memory_core.stores import ItemRecord
 from memory_core.stores.base import require_set
+from memory_core.stores.files import disk_usage
 from memory_core.validation import parse
 
 logger = logging.getLogger(__name__)
@@ -109,7 +110,8 @@ class Transfer:
         request = parse(BackupRequest, raw, "backup request")
         target = self.backup_dir.resolve() / request.label
         if target.exists():
-            raise InvalidRequestError(f"backup {request.label!r} exists already at {target}; pick another label")
+            raise ConflictError(f"backup {request.label!r} exists already at {target}; pick another label")
         parts = self.store.snapshot(target)
-        logger.warning("store snapshot %r taken: %s", request.label, ", ".join(parts))
-        return BackupReply(location=str(target), parts=parts)
+        size = disk_usage(target) if target.exists() else 0
+        logger.warning("store snapshot %r taken (%d bytes on disk): %s", request.label, size, ", ".join(parts))
+        return BackupReply(location=str(target), parts=parts, bytes_on_disk=size)

@@ -71,10 +71,14 @@ def check_value(value: object, item_type: type[str | ChatMessage], what: str, li
     if item_type is str:
         if not isinstance(value, str):
             raise InvalidRequestError(f"{what} is {type(value).__name__} {short_repr(value)}; this set holds str")
+        if not value.strip():
+            raise InvalidRequestError(f"{what} is {short_repr(value)}: empty or only whitespace; an item needs text")
         check_text(value, what, limits.max_value_chars)
         return
     if not isinstance(value, ChatMessage):
         raise InvalidRequestError(f"{what} is {type(value).__name__} {short_repr(value)}; this set holds ChatMessage")
+    if not value.content.strip() and not value.tool_calls:
+        raise InvalidRequestError(f"{what} has no content and no tool calls; a message needs one of them")
     check_text(value.content, f"{what}.content", limits.max_value_chars)
     check_metadata({"tool_calls": value.tool_calls, "extra_args": value.extra_args}, f"{what} extras", limits)
 

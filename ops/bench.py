@@ -30,8 +30,10 @@ import qdrant_edge as qe
 import redis
 from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
 
-from memory_core import CompactionConfig, MemoryClient, WriteReceipt, load_settings
+from memory_core import CompactionConfig, MemoryClient, NoWorkerAvailable, WriteReceipt, load_settings, routing
+from memory_core.dispatch import open_redis
 from memory_core.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
+from memory_core.liveness import consumers
 from memory_core.messages import CompactionReport
 from memory_core.models import MemorySet, MemorySetItem, Scope
 from memory_core.settings import QdrantSettings
@@ -405,6 +407,18 @@ def main() -> None:
             assert fresh.stats().l2_hits == len(queries), "every search of the fresh client must hit L2"
         tiers = _tiers(client, [q + " (again)" for q in queries])  # new query texts: no cached search or embedding
         extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
+        # What the liveness check costs a call when its cached answer is stale (at most once a beat per queue).
+        heartbeats = open_redis(settings)
+        check_ms = _timed(lambda q: consumers(heartbeats, client.keys, routing.READ_QUEUE), queries[:100])
+        heartbeats.close()
+
+    # The worker is gone (it withdrew its heartbeat on its way out): how long until a caller is told.
+    with redis_server(settings.redis.url), MemoryClient(settings) as idle:
+        started, no_worker_s = time.perf_counter(), float("nan")
+        try:
+            idle.long_term("bench", "k").size("notes")
+        except NoWorkerAvailable:
+            no_worker_s = time.perf_counter() - started
 
     ttl_write_s, ttl_sweep_s = _ttl_sweep(args.ttl_items)
     conditional = {size: _conditional_writes(args.conditional_items, size) for size in (1, args.batch)}
@@ -433,6 +447,8 @@ def main() -> None:
     print(f"| search, L2 hit (Redis, another client), p50 / p95 | {_pair(l2_latencies)} |")
     print(f"| search, L1 hit (this process), p50 / p95 | {_pair(l1_latencies)} |")
     print(f"| of which: one query embedding, p50 | {query_embed_ms:.1f} ms |")
+    print(f"| liveness check (read of the heartbeats, once a beat per queue), p50 / p95 | {_pair(check_ms)} |")
+    print(f"| a call with no worker running: NoWorkerAvailable after | {no_worker_s:.2f} s |")
     print(
         f"| TTL sweep of {args.ttl_items:,} expired items, embedded engine | {ttl_sweep_s:.2f} s "
         f"(writing them took {ttl_write_s:.1f} s) |"

@@ -7,9 +7,11 @@ from the environment.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from celery import Celery, signals
+import redis
+from celery import Celery, bootsteps, signals
 from kombu import Queue
 from prometheus_client import REGISTRY
 
@@ -17,8 +19,9 @@ import beat_schedule
 import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
 from memory_core import metrics, routing, tracing
 from memory_core.dispatch import open_redis
-from memory_core.errors import ConfigurationError
+from memory_core.errors import ConfigurationError, MemoryCoreError
 from memory_core.keys import Keys
+from memory_core.liveness import Heartbeat, WorkerInfo
 from memory_core.metrics import NamespaceItems
 from memory_core.settings import Settings, get_settings
 from workers import services
@@ -27,6 +30,8 @@ from workers.broker import keep_poison_in, transport_for
 from workers.logging import on_setup_logging
 
 signals.setup_logging.connect(on_setup_logging, weak=False)
+
+logger = logging.getLogger(__name__)
 
 
 def create_app(settings: Settings) -> Celery:
@@ -79,6 +84,7 @@ def create_app(settings: Settings) -> Celery:
         enable_utc=True,
     )
     services.register(app, settings)
+    app.steps["consumer"].add(HeartbeatStep)
 
     # weak=False: a local function held weakly would be collected before the app finalizes.
     @app.on_after_finalize.connect(weak=False)
@@ -103,6 +109,57 @@ def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     for name, seconds in intervals.items():
         schedule[name]["schedule"] = seconds
     return schedule
+
+
+class HeartbeatStep(bootsteps.StartStopStep):
+    """While the consumer runs, the worker tells Redis it is alive and which queues it consumes.
+
+    A consumer step, not a worker signal: it starts once the task queues are consumed, stops when the
+    consumer stops (a lost broker connection restarts it), and runs the same in ``celery worker`` and
+    in an in-process worker.
+    """
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.heartbeat: Heartbeat | None = None
+
+    def start(self, parent: Any) -> None:
+        base = services.basics(parent.app)
+        settings = base.settings
+        embedded = str(settings.qdrant.path.resolve()) if settings.qdrant.backend == "edge" else ""
+        queues = tuple(sorted(queue.name for queue in parent.task_consumer.queues))
+        info = WorkerInfo(hostname=parent.hostname, queues=queues, embedded_store=embedded)
+        self.heartbeat = Heartbeat(base.redis, base.keys, info, interval=settings.celery.heartbeat_interval)
+        try:
+            self.heartbeat.start()
+        except redis.RedisError as exc:  # beats go on from the thread once Redis answers
+            logger.warning("first heartbeat not written: %s", exc)
+
+    def stop(self, parent: Any) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
+
+    shutdown = stop
+
+
+@signals.worker_init.connect
+def _preflight(sender: Any = None, **_: Any) -> None:
+    # Open the store, load the embedder and the summarizer before a single message is taken: a worker
+    # that cannot work exits now, with one line saying why, instead of failing every task it takes.
+    app = getattr(sender, "app", None)
+    if app is None or not services.registered(app):
+        return
+    settings = services.settings_of(app)
+    try:
+        services.get(app)
+    except (MemoryCoreError, ImportError, OSError) as exc:
+        reason = f"missing package {exc.name!r}: pip install it" if isinstance(exc, ImportError) else str(exc)
+        raise SystemExit(f"memory-core worker cannot start: {reason}") from None
+    if settings.celery.pool == "prefork":
+        services.close(app)  # each pool process builds its own after the fork
 
 
 _observed = False

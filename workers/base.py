@@ -26,7 +26,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from memory_core import metrics, routing, tracing
 from memory_core.auth import AUTH_HEADER, refusal
-from memory_core.errors import InvalidRequestError, MemoryCoreError, TransientStoreError
+from memory_core.errors import (
+    CALLER_MISTAKES,
+    AuthorizationError,
+    InvalidRequestError,
+    MemoryCoreError,
+    NotFoundError,
+    TransientStoreError,
+)
 from memory_core.messages import ErrorInfo, Reply
 from memory_core.models import Namespace
 from workers import services
@@ -97,6 +104,9 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     retry_jitter = True
     max_retries = 5
     acks_late = True
+    # Outcomes of normal operation, told to the caller: Celery logs them at INFO without a traceback (a
+    # first profile read finding no set yet is no error of the worker's).
+    throws = (InvalidRequestError, NotFoundError, AuthorizationError)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         refused = self._refusal(args, kwargs)
@@ -130,7 +140,7 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         keyword names a namespace: a message then leaves nothing in a namespace its token does not grant
         but the refusal, replied to whoever waits there (a client with a wrong token must hear it).
         """
-        tokens = self.services.tokens
+        tokens = self.basics.tokens
         namespace = request_namespace(kwargs) if self._namespaced else None
         token = getattr(self.request, AUTH_HEADER, None)
         if tokens is not None and namespace is not None and not tokens.grants(token, namespace):
@@ -157,6 +167,11 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             raise Reject(reason, requeue=True) from exc
 
     @property
+    def basics(self) -> services.Basics:
+        """This process's settings, keys, Redis and tokens: all that replies and dead letters need."""
+        return services.basics(self.app)
+
+    @property
     def services(self) -> services.Services:
         """This process's services for this task's app."""
         return services.get(self.app)
@@ -167,13 +182,19 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         metrics.TASKS.labels(self.name, "failure").inc()
         info = error_info(exc)
-        logger.warning("task %s %s failed: %s", self.name, task_id, info.type)
+        level = logging.INFO if isinstance(exc, self.throws) else logging.WARNING
+        logger.log(level, "task %s %s failed: %s", self.name, task_id, info.type)
         # The letter first: a caller told of the failure must find its payload already kept.
-        if routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
+        refused = getattr(exc, _REFUSED, False)
+        mistake = isinstance(exc, CALLER_MISTAKES) and not refused
+        # A caller's mistake (a conflicting set definition, a taken backup label) is told to the caller
+        # and kept nowhere: replaying it would fail the same way, and dead letters are what operators
+        # alert on, for writes the system failed.
+        if not mistake and routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
             # A refused message never ran: it is no failed write, and replaying it from its namespace's
             # letters would send it again under the replaying operator's token (which may grant what the
             # sender's did not). It is kept for inspection with the unroutable letters, never replayed.
-            self._dead_letter(args, kwargs, task_id, info, replayable=not getattr(exc, _REFUSED, False))
+            self._dead_letter(args, kwargs, task_id, info, replayable=not refused)
         self._reply(kwargs, task_id, Reply(ok=False, error=info))
 
     def _reply_namespace(self, kwargs: Any) -> str | None:
@@ -187,7 +208,7 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         namespace = self._reply_namespace(kwargs)
         if namespace is None:
             return
-        svc = self.services
+        svc = self.basics
         key = svc.keys.reply(namespace, task_id)
 
         def push(pipe: redis.client.Pipeline) -> None:
@@ -200,7 +221,7 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
 
     def _dead_letter(self, args: Any, kwargs: Any, task_id: str, info: ErrorInfo, *, replayable: bool) -> None:
         namespace = request_namespace(kwargs) if replayable else None
-        svc = self.services
+        svc = self.basics
         letter = {
             "task": self.name,
             "task_id": task_id,

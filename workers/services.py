@@ -64,15 +64,26 @@ class Services:
         return self.batcher.add(request) if self.batcher is not None else self.memory.add(request)
 
     def close(self) -> None:
-        """Flushes and releases the store (its directory lock), broker and Redis connections."""
+        """Flushes and releases the store (its directory lock) and broker connections (Redis is the Basics')."""
         if self.batcher is not None:
             self.batcher.close()
         self.memory.store.close()
         self.dispatcher.close()
-        self.redis.close()
+
+
+@dataclass
+class Basics:
+    """What replying, dead-lettering and the token check need: no store, no model. Built apart from
+    ``Services`` so a task's failure is reported even by a worker whose store or embedder failed."""
+
+    settings: Settings
+    keys: Keys
+    redis: redis.Redis
+    tokens: TokenMap | None
 
 
 _settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
+_basics: weakref.WeakKeyDictionary[Celery, Basics] = weakref.WeakKeyDictionary()
 _built: weakref.WeakKeyDictionary[Celery, Services] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
@@ -82,9 +93,33 @@ def register(app: Celery, settings: Settings) -> None:
     _settings[app] = settings
 
 
+def registered(app: Celery) -> bool:
+    """Whether ``app`` was created by ``workers.app.create_app`` (other apps have no services here)."""
+    return app in _settings
+
+
 def settings_of(app: Celery) -> Settings:
     """The settings ``app`` was created with."""
     return _settings[app]
+
+
+def basics(app: Celery) -> Basics:
+    """Settings, keys, Redis and tokens of ``app`` in this process: cheap, and needing no store."""
+    found = _basics.get(app)
+    if found is not None:
+        return found
+    with _lock:
+        found = _basics.get(app)
+        if found is None:
+            settings = _settings[app]
+            found = Basics(
+                settings=settings,
+                keys=Keys(settings.redis.key_prefix),
+                redis=open_redis(settings),
+                tokens=TokenMap.from_secret(settings.auth.tokens),
+            )
+            _basics[app] = found
+        return found
 
 
 def get(app: Celery) -> Services:
@@ -92,31 +127,37 @@ def get(app: Celery) -> Services:
     services = _built.get(app)
     if services is not None:
         return services
+    base = basics(app)
     with _lock:
         services = _built.get(app)
         if services is None:
-            services = _build(_settings[app])
+            services = _build(base)
             _built[app] = services
         return services
 
 
 def close(app: Celery) -> None:
-    """Closes ``app``'s services in this process, if they were built."""
+    """Closes ``app``'s services in this process, if they were built, and its Redis connections."""
     with _lock:
         services = _built.pop(app, None)
+        base = _basics.pop(app, None)
     if services is not None:
         services.close()
+    if base is not None:
+        base.redis.close()
 
 
-def _build(settings: Settings) -> Services:
-    keys = Keys(settings.redis.key_prefix)
-    redis_client = open_redis(settings)
-    tokens = TokenMap.from_secret(settings.auth.tokens)
+def _build(base: Basics) -> Services:
+    settings, keys, redis_client, tokens = base.settings, base.keys, base.redis, base.tokens
     # Tasks the worker enqueues itself (compactions) carry a token that grants their namespace.
     dispatcher = Dispatcher(settings, redis_client, keys, token_for=tokens.token_for if tokens else None)
     embedder = open_embedder(settings.embedder)
     store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
-    summarizer = open_summarizer(settings, embedder)
+    try:
+        summarizer = open_summarizer(settings, embedder)
+    except BaseException:
+        store.close()  # release the store's directory lock: the worker is about to say why it cannot start
+        raise
     trigger = CompactionTrigger(
         redis_client=redis_client, keys=keys, dispatcher=dispatcher, pending_ttl=settings.compaction.lock_ttl
     )

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import redis
+from pydantic import ValidationError
+
 from memory_core.errors import BrokerUnavailable, ConfigurationError, InvalidRequestError, MemoryCoreError
+from memory_core.models import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -29,6 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memory_core.cli import commands, stack
 
     parser = _Parser(prog="memory-core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"memory-core {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     stack.register(sub)
     commands.register(sub)
@@ -38,18 +45,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[argparse.Namespace, list[str]], int] = args.run
     try:
         return run(args, rest)
-    except (ConfigurationError, InvalidRequestError) as exc:
-        print(f"memory-core {args.command}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokerUnavailable as exc:
-        print(f"memory-core {args.command}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
-    except MemoryCoreError as exc:
-        print(f"memory-core {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    except BrokenPipeError:
+        # The reader went away (`export acme | head`): stop quietly. stdout is pointed at /dev/null so the
+        # interpreter's own flush at exit does not fail on the closed pipe as well.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:
         print(f"memory-core {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001  # every failure becomes one line and an exit code, never a traceback
+        code, message = _explained(exc)
+        print(f"memory-core {args.command}: {message}", file=sys.stderr)
+        return code
+
+
+def _explained(exc: Exception) -> tuple[int, str]:
+    """The exit code and the one line a failure is reported by."""
+    if isinstance(exc, ConfigurationError | InvalidRequestError):
+        return EXIT_USAGE, str(exc)
+    if isinstance(exc, ValidationError):  # an argument that fails a request's validation
+        return EXIT_USAGE, describe(exc, "argument")
+    if isinstance(exc, BrokerUnavailable):
+        return EXIT_UNREACHABLE, str(exc)
+    if isinstance(exc, redis.RedisError):
+        return EXIT_UNREACHABLE, f"Redis does not answer ({type(exc).__name__}: {exc}); check MEMORY_REDIS__URL"
+    if isinstance(exc, MemoryCoreError):
+        return EXIT_FAILED, f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
+        return EXIT_USAGE, f"{exc.filename}: {exc.strerror}"
+    if isinstance(exc, OSError):
+        return EXIT_FAILED, f"{exc.filename or 'I/O'}: {exc.strerror or exc}"
+    raise exc  # a bug of ours: the traceback is what a report needs
+
+
+def _version() -> str:
+    try:
+        return version("memory-core")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def emit(args: argparse.Namespace, data: Any, rows: Callable[[], list[str]]) -> None:

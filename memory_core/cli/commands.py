@@ -22,10 +22,11 @@ from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.deadletters import DeadLetters
-from memory_core.errors import InvalidRequestError
+from memory_core.errors import InvalidRequestError, NotFoundError
 from memory_core.messages import CreateSetRequest, ExportedItem
-from memory_core.models import MemorySet, SearchMode
+from memory_core.models import ChatMessage, CompactionConfig, MemorySet, SearchMode
 from memory_core.settings import load_settings
+from memory_core.stores.files import disk_usage
 
 EXPORT_FORMAT = "memory-core-export"
 
@@ -39,6 +40,15 @@ def register(sub: Any) -> None:
     p.add_argument("namespace")
     p.add_argument("--key", help="one key only")
     _json(p).set_defaults(run=_sets_list)
+    p = sets.add_parser("create", help="create a set (or check that it exists with this definition)")
+    _scope(p)
+    p.add_argument("--type", choices=["text", "chat"], default="text", help="what the items are (default: text)")
+    p.add_argument("--capacity", type=int, default=100, help="items before a compaction (default: 100)")
+    p.add_argument("--ttl", type=int, help="default time to live of its items, in seconds")
+    p.add_argument("--dedup", choices=["exact", "semantic", "none"], help="deduplication on write")
+    p.add_argument("--model", help="the summarizer's model for its compactions")
+    p.add_argument("--topics", type=int, help="at most this many summaries per compaction")
+    _json(p).set_defaults(run=_sets_create)
     p = sets.add_parser("show", help="one set's definition and size")
     _scope(p)
     _json(p).set_defaults(run=_sets_show)
@@ -59,12 +69,20 @@ def register(sub: Any) -> None:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="match metadata exactly (repeatable; all must match). A VALUE that is JSON (42, [1, 2], "
+        '"42") is read as JSON, anything else as text',
+    )
     _json(p).set_defaults(run=_items_search)
     p = items.add_parser("add", help='add items from JSON lines ({"value": ..., "id": ..., "metadata": ...})')
     _scope(p)
     p.add_argument("file", nargs="?", default="-", help="a JSONL file, or - for stdin (default)")
     p.add_argument("--batch", type=int, default=100, help="items per add call")
-    p.set_defaults(run=_items_add)
+    _json(p).set_defaults(run=_items_add)
 
     p = sub.add_parser("forget", help="erase a namespace (or one key of it) everywhere")
     p.add_argument("namespace")
@@ -151,6 +169,9 @@ def _confirm(args: argparse.Namespace, what: str) -> None:
 def _sets_list(args: argparse.Namespace, rest: list[str]) -> int:
     with _client() as client:
         found = Admin(client).list_sets(args.namespace, args.key)
+    if not found and not args.json:  # said on stderr: an empty listing is an answer, not a failure
+        where = f"namespace {args.namespace!r}" + (f", key {args.key!r}," if args.key else "")
+        print(f"memory-core sets: {where} has no memory sets", file=sys.stderr)
     emit(
         args,
         [s.model_dump(mode="json") for s in found],
@@ -158,6 +179,22 @@ def _sets_list(args: argparse.Namespace, rest: list[str]) -> int:
             f"{s.key:<24} {s.definition.name:<24} {s.size:>8} items  capacity {s.definition.capacity}" for s in found
         ],
     )
+    return EXIT_OK
+
+
+def _sets_create(args: argparse.Namespace, rest: list[str]) -> int:
+    compaction = {name: value for name, value in (("model", args.model), ("limit", args.topics)) if value is not None}
+    with _client() as client:
+        created = client.long_term(args.namespace, args.key).get_or_create_memory_set(
+            args.set,
+            item_type=ChatMessage if args.type == "chat" else str,
+            capacity=args.capacity,
+            compaction_config=CompactionConfig(**compaction),
+            ttl_seconds=args.ttl,
+            dedup=args.dedup,
+        )
+    data = created.model_dump(mode="json")
+    emit(args, data, lambda: [f"{args.namespace}/{args.key}/{created.name}: {json.dumps(data)}"])
     return EXIT_OK
 
 
@@ -191,25 +228,44 @@ def _items_get(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _items_search(args: argparse.Namespace, rest: list[str]) -> int:
     mode: SearchMode = args.mode
+    filters = dict(_filter(text) for text in args.filter) or None
     with _client() as client:
-        hits = client.long_term(args.namespace, args.key).search(args.set, args.query, limit=args.limit, mode=mode)
+        ltm = client.long_term(args.namespace, args.key)
+        hits = ltm.search(args.set, args.query, limit=args.limit, filters=filters, mode=mode)
     emit(args, [i.model_dump(mode="json") for i in hits], lambda: [f"{i.score:.3f}  {i.id}  {i.value}" for i in hits])
     return EXIT_OK
 
 
+def _filter(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise InvalidRequestError(f"--filter {text!r}: expected KEY=VALUE")
+    try:
+        return key, json.loads(raw)
+    except ValueError:
+        return key, raw
+
+
 def _items_add(args: argparse.Namespace, rest: list[str]) -> int:
+    total = None if args.file == "-" else _count_lines(Path(args.file))
+    stored: list[str] = []
     with _client() as client, _open_in(args.file) as lines:
         ltm = client.long_term(args.namespace, args.key)
         definition = ltm.get_memory_set(args.set)
-        progress = Progress(f"add to {args.set}")
+        progress = Progress(f"add to {args.set}", total, quiet=args.json)
         batch: list[dict[str, Any]] = []
 
         def flush() -> None:
-            ltm.add(
-                definition,
-                [row["value"] for row in batch],
-                ids=[str(row["id"]) if "id" in row else str(uuid.uuid4()) for row in batch],
-                metadatas=[row.get("metadata", {}) for row in batch],
+            ids = [str(row["id"]) for row in batch] if all("id" in row for row in batch) else None
+            if ids is None and any("id" in row for row in batch):  # the client names ids only for a whole call
+                ids = [str(row["id"]) if "id" in row else str(uuid.uuid4()) for row in batch]
+            stored.extend(
+                ltm.add(
+                    definition,
+                    [row["value"] for row in batch],
+                    ids=ids,
+                    metadatas=[row.get("metadata", {}) for row in batch],
+                )
             )
             progress.advance(len(batch))
             batch.clear()
@@ -222,7 +278,14 @@ def _items_add(args: argparse.Namespace, rest: list[str]) -> int:
         if batch:
             flush()
         progress.finish()
+    if args.json:
+        print(json.dumps({"stored": len(stored), "ids": stored}))
     return EXIT_OK
+
+
+def _count_lines(path: Path) -> int:
+    with path.open(encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
 
 
 def _row(line: str, number: int) -> dict[str, Any]:
@@ -403,29 +466,36 @@ def _hit_rates(urls: list[str]) -> tuple[dict[str, dict[str, float]] | None, lis
 
 def _export(args: argparse.Namespace, rest: list[str]) -> int:
     settings = load_settings()
-    with _client() as client, _open_out(args.output) as out:
+    with _client() as client:
         admin = Admin(client)
         namespaces = admin.namespaces() if args.all else [args.namespace]
-        header = {"kind": EXPORT_FORMAT, "version": 1, "model": settings.embedder.model, "vectors": args.vectors}
-        out.write(json.dumps(header) + "\n")
         listed = [(ns, info) for ns in namespaces for info in admin.list_sets(ns)]
-        progress = Progress("export", sum(info.size for _, info in listed))
-        for namespace, info in listed:
-            line = {
-                "kind": "set",
-                "namespace": namespace,
-                "key": info.key,
-                "definition": info.definition.model_dump(mode="json"),
-            }
-            out.write(json.dumps(line) + "\n")
-            for page in admin.export_set(namespace, info, vectors=args.vectors):
-                for exported in page:
-                    row = {"kind": "item", "namespace": namespace, "key": info.key, "set": info.definition.name}
-                    row.update(exported.model_dump(mode="json", exclude_none=True))
-                    out.write(json.dumps(row) + "\n")
-                progress.advance(len(page))
-        progress.finish()
+        if not listed and not args.all:  # a misspelt namespace: say so, and leave no empty export behind
+            raise NotFoundError(f"namespace {args.namespace!r} has no memory sets: nothing to export")
+        with _open_out(args.output) as out:
+            _write_export(admin, listed, out, model=settings.embedder.model, vectors=args.vectors)
     return EXIT_OK
+
+
+def _write_export(admin: Admin, listed: list[tuple[str, Any]], out: IO[str], *, model: str, vectors: bool) -> None:
+    header = {"kind": EXPORT_FORMAT, "version": 1, "model": model, "vectors": vectors}
+    out.write(json.dumps(header) + "\n")
+    progress = Progress("export", sum(info.size for _, info in listed))
+    for namespace, info in listed:
+        line = {
+            "kind": "set",
+            "namespace": namespace,
+            "key": info.key,
+            "definition": info.definition.model_dump(mode="json"),
+        }
+        out.write(json.dumps(line) + "\n")
+        for page in admin.export_set(namespace, info, vectors=vectors):
+            for exported in page:
+                row = {"kind": "item", "namespace": namespace, "key": info.key, "set": info.definition.name}
+                row.update(exported.model_dump(mode="json", exclude_none=True))
+                out.write(json.dumps(row) + "\n")
+            progress.advance(len(page))
+    progress.finish()
 
 
 def _import(args: argparse.Namespace, rest: list[str]) -> int:
@@ -440,11 +510,7 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
             done_lines = int(state["lines"])
             print(f"resuming after line {done_lines:,} ({state_file})", file=sys.stderr)
     lines = path.read_text(encoding="utf-8").splitlines()
-    header = json.loads(lines[0]) if lines else {}
-    if header.get("kind") != EXPORT_FORMAT:
-        raise InvalidRequestError(
-            f'{path} is not a memory-core export (its first line has no "kind": "{EXPORT_FORMAT}")'
-        )
+    header = _export_header(lines, path)
     keep_vectors = header.get("model") == settings.embedder.model
     if header.get("vectors") and not keep_vectors:
         print(
@@ -467,7 +533,7 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
             state_file.write_text(json.dumps({"fingerprint": digest, "lines": last_line}))
 
         for number, line in enumerate(lines[1:], start=2):
-            row = json.loads(line)
+            row = _export_line(line, number, path)
             if row.get("kind") == "set":
                 flush()
                 scope = (row["namespace"], row["key"], row["definition"]["name"])
@@ -492,6 +558,30 @@ def _import(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+def _export_header(lines: list[str], path: Path) -> dict[str, Any]:
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        header = {}
+    if not isinstance(header, dict) or header.get("kind") != EXPORT_FORMAT:
+        raise InvalidRequestError(
+            f'{path} is not a memory-core export (its first line has no "kind": "{EXPORT_FORMAT}")'
+        )
+    return header
+
+
+def _export_line(line: str, number: int, path: Path) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except ValueError as exc:
+        raise InvalidRequestError(
+            f"line {number} of {path} is not JSON ({exc}); the export may be cut short: export it again"
+        ) from exc
+    if not isinstance(row, dict):
+        raise InvalidRequestError(f"line {number} of {path} is not an object of an export: {line[:80]!r}")
+    return row
+
+
 def fingerprint(path: Path) -> str:
     """What an import's progress file is tied to: the export's content (a different file starts over)."""
     digest = hashlib.sha256()
@@ -505,7 +595,8 @@ def _backup(args: argparse.Namespace, rest: list[str]) -> int:
     label = args.label or time.strftime("backup-%Y%m%dT%H%M%S")
     with _client() as client:
         reply = Admin(client).backup(label)
-    emit(args, reply.model_dump(mode="json"), lambda: [f"snapshot {label!r}: {reply.location}", *reply.parts])
+    size = f" ({reply.bytes_on_disk / 1e6:,.1f} MB on disk)" if reply.bytes_on_disk else ""
+    emit(args, reply.model_dump(mode="json"), lambda: [f"snapshot {label!r}: {reply.location}{size}", *reply.parts])
     return EXIT_OK
 
 
@@ -521,5 +612,8 @@ def _restore(args: argparse.Namespace, rest: list[str]) -> int:
     with _client() as client:
         admin = Admin(client)
         target = admin.restore(args.label)
-    print(f"restored {args.label!r} into {target}; cached reads invalidated. Start the workers again.")
+    size = disk_usage(target) / 1e6
+    print(
+        f"restored {args.label!r} into {target} ({size:,.1f} MB on disk); cached reads invalidated. Start the workers again."
+    )
     return EXIT_OK

@@ -21,6 +21,7 @@ import redis
 
 from memory_core.errors import ConfigurationError
 from memory_core.settings import Settings
+from memory_core.stores.files import disk_usage
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 ORDER = ("redis", "worker", "beat", "flower")
@@ -158,6 +159,4 @@ class LocalStack:
 
 def directory_size(path: Path) -> int:
     """Bytes on disk under ``path`` (0 when absent)."""
-    if not path.exists():
-        return 0
-    return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file())  # on disk (WAL files are sparse)
+    return disk_usage(path) if path.exists() else 0

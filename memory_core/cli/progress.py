@@ -1,4 +1,9 @@
-"""A progress line for long operations: items done, rate, time left (stderr, so stdout stays data)."""
+"""Progress of long operations on stderr, so stdout stays data.
+
+On a terminal, a live bar (rich): items done of the total, rate, time left. Anywhere else (a pipe, a log
+file, CI), one line when the work is done, so logs get a record and no redraws. ``quiet`` (the commands'
+``--json``) prints nothing at all.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +11,74 @@ import sys
 import time
 from typing import TextIO
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as Bar
+from rich.text import Text
+
+
+class _Rate(ProgressColumn):
+    """Items per second (rich's own speed columns count bytes)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f}/s" if speed else "", style="progress.data.speed")
+
 
 class Progress:
-    """Counts items; redraws at most a few times a second (a line every 5 s when stderr is not a terminal)."""
+    """Counts items of a long operation and shows it: a bar on a terminal, a final line elsewhere."""
 
-    def __init__(self, label: str, total: int | None = None, *, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, label: str, total: int | None = None, *, stream: TextIO | None = None, quiet: bool = False
+    ) -> None:
         self.label = label
         self.total = total
         self.done = 0
         self._stream = stream or sys.stderr
-        self._tty = self._stream.isatty()
+        self._quiet = quiet
         self._started = time.monotonic()
-        self._shown = 0.0
+        self._bar: Bar | None = None
+        console = Console(file=self._stream)
+        if not quiet and console.is_terminal:
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                _Rate(),
+                TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            )
+            self._task = self._bar.add_task(label, total=total)
+            self._bar.start()
 
     def advance(self, count: int) -> None:
         """Adds ``count`` items done."""
         self.done += count
-        now = time.monotonic()
-        if now - self._shown >= (0.2 if self._tty else 5.0):
-            self._shown = now
-            self._show(final=False)
+        if self._bar is not None:
+            self._bar.update(self._task, advance=count)
 
     def finish(self) -> None:
-        """Prints the final line."""
-        self._show(final=True)
+        """Ends the bar, or prints the one summary line (nothing when quiet)."""
+        if self._bar is not None:
+            self._bar.stop()
+        elif not self._quiet:
+            self._stream.write(self.line() + "\n")
+            self._stream.flush()
 
     def line(self) -> str:
-        """``label: done[/total] items, rate/s[, time left]``."""
+        """``label: done[/total] items, rate/s, elapsed``."""
         elapsed = max(time.monotonic() - self._started, 1e-9)
-        rate = self.done / elapsed
         text = f"{self.label}: {self.done:,}" + (f"/{self.total:,}" if self.total is not None else "") + " items"
-        text += f", {rate:,.0f}/s"
-        if self.total is not None and 0 < rate and self.done < self.total:
-            text += f", {_duration((self.total - self.done) / rate)} left"
-        return text + f", {_duration(elapsed)} elapsed"
-
-    def _show(self, *, final: bool) -> None:
-        end = "\n" if final or not self._tty else ""
-        self._stream.write(("\r" if self._tty else "") + self.line() + end)
-        self._stream.flush()
+        return text + f", {self.done / elapsed:,.0f}/s, {_duration(elapsed)} elapsed"
 
 
 def _duration(seconds: float) -> str:

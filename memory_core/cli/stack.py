@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from typing import Any
 
 import redis
@@ -14,6 +15,7 @@ from memory_core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
 from memory_core.cli.local import LocalStack, answers, celery_command, directory_size, redis_command
 from memory_core.dispatch import open_redis
 from memory_core.keys import Keys, decoded
+from memory_core.liveness import WorkerInfo, holding, live_workers
 from memory_core.settings import Settings, load_settings, redact_url
 
 
@@ -100,9 +102,16 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
         print(f"redis    pid {process.pid}  {redact_url(url)} (AOF in {local.run_dir / 'redis'})")
     else:
         print(f"redis    answers at {redact_url(url)} (not started here)")
-    worker = local.start("worker", celery_command("worker", *worker_args(settings)))
-    local.wait_until(worker, " ready.", timeout=120)
-    print(f"worker   pid {worker.pid}  log {worker.log}")
+    holders = _holders(settings)
+    if holders:  # one process owns an embedded store: a second worker on it could only fail
+        held = holders[0]
+        print(
+            f"worker   not started: {held.name} (pid {held.pid} on {held.host}) serves {settings.qdrant.path.resolve()}"
+        )
+    else:
+        worker = local.start("worker", celery_command("worker", *worker_args(settings)))
+        local.wait_until(worker, " ready.", timeout=120)
+        print(f"worker   pid {worker.pid}  log {worker.log}")
     if not args.no_beat:
         beat = local.start("beat", celery_command("beat", *beat_args(settings)))
         print(f"beat     pid {beat.pid}  log {beat.log}")
@@ -119,6 +128,17 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
     if settings.metrics.enabled:
         print(f"metrics  http://{settings.metrics.address}:{settings.metrics.port}/metrics")
     return EXIT_OK
+
+
+def _holders(settings: Settings) -> list[WorkerInfo]:
+    """The live workers that hold this deployment's embedded store (none on a Qdrant server)."""
+    if settings.qdrant.backend != "edge":
+        return []
+    client = open_redis(settings)
+    try:
+        return holding(live_workers(client, Keys(settings.redis.key_prefix)), str(settings.qdrant.path.resolve()))
+    finally:
+        client.close()
 
 
 def _down(args: argparse.Namespace, rest: list[str]) -> int:
@@ -166,13 +186,26 @@ def _queues(settings: Settings) -> dict[str, Any]:
         letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
         letters = {n: c for n, c in letters.items() if c}
         unroutable = int(client.llen(keys.unroutable_dead_letters()))
+        workers = live_workers(client, keys)
     except redis.RedisError as exc:
         return {"error": str(exc)}
     finally:
         client.close()
         if separate:
             broker.close()
+    now = time.time()
     return {
+        "workers": [
+            {
+                "name": w.name,
+                "host": w.host,
+                "pid": w.pid,
+                "queues": list(w.queues),
+                "embedded_store": w.embedded_store or None,
+                "up_seconds": round(now - w.started_at),
+            }
+            for w in workers
+        ],
         "queues": depths,
         "unacked": unacked,
         "dead_letters": {
@@ -184,11 +217,17 @@ def _queues(settings: Settings) -> dict[str, Any]:
 
 
 def _status_rows(report: dict[str, Any]) -> list[str]:
-    rows = []
-    for name, p in report["processes"].items():
-        state = f"running (pid {p['pid']})" if p["running"] else "not running"
-        rows.append(f"{name:<8} {state}")
-    rows.append(f"redis    {report['redis']['url']}: {'answers' if report['redis']['answers'] else 'DOES NOT ANSWER'}")
+    rows = [f"redis    {report['redis']['url']}: {'answers' if report['redis']['answers'] else 'DOES NOT ANSWER'}"]
+    if "workers" in report:
+        workers = report["workers"]
+        rows.append(f"workers  {len(workers) or 'none'} alive (by their heartbeats, whoever started them)")
+        for w in workers:
+            rows.append(
+                f"  {w['name']}  pid {w['pid']} on {w['host']}, up {w['up_seconds']}s: {', '.join(w['queues'])}"
+            )
+    started = [f"{name} (pid {p['pid']})" for name, p in report["processes"].items() if p["running"]]
+    if started:
+        rows.append(f"up       started here and running: {', '.join(started)}")
     for queue, depth in report.get("queues", {}).items():
         rows.append(f"queue    {queue:<20} {depth} waiting")
     if report.get("unacked") is not None:

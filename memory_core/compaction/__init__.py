@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from memory_core.compaction.compactor import Compactor
 from memory_core.compaction.summarizer import Summarizer, Summary, Topic
 from memory_core.compaction.trigger import CompactionTrigger
@@ -9,6 +11,9 @@ from memory_core.embedders import Embedder
 from memory_core.settings import Settings
 
 __all__ = ["CompactionTrigger", "Compactor", "Summarizer", "Summary", "Topic", "open_summarizer"]
+
+
+logger = logging.getLogger(__name__)
 
 
 def open_summarizer(settings: Settings, embedder: Embedder) -> Summarizer:
@@ -19,4 +24,8 @@ def open_summarizer(settings: Settings, embedder: Embedder) -> Summarizer:
         return ClaudeSummarizer(settings.anthropic, max_output_tokens=settings.compaction.max_output_tokens)
     from memory_core.compaction.extractive import ExtractiveSummarizer
 
+    logger.warning(
+        "MEMORY_ANTHROPIC__API_KEY is not set: compaction, session summaries and entities use the offline "
+        "extractive summarizer (no model calls)"
+    )
     return ExtractiveSummarizer(embedder)

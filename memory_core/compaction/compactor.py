@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 
+from memory_core.compaction.extractive import MODEL as EXTRACTIVE
 from memory_core.compaction.summarizer import Summarizer, Summary, Topic, validate_topics
 from memory_core.coordination import Coordinator
 from memory_core.embedders import Embedder
@@ -148,6 +149,13 @@ class Compactor:
         report.model_calls += 1
         report.input_tokens += summary.input_tokens
         report.output_tokens += summary.output_tokens
+        report.summarizer = summary.model
+        wanted = definition.compaction_config.model
+        if summary.model == EXTRACTIVE and not report.notes:
+            report.notes.append(
+                f"the set asks for model {wanted!r}; with no MEMORY_ANTHROPIC__API_KEY the offline extractive "
+                "summarizer wrote these summaries (each keeps one sentence of every item it replaces)"
+            )
         self._count_usage(scope.namespace, summary, folded, len(records))
 
     def _summary_record(self, definition: MemorySet, batch: Sequence[MemorySetItem], topic: Topic) -> ItemRecord:
@@ -231,6 +239,8 @@ def _combine(first: CompactionReport, second: CompactionReport) -> CompactionRep
     for field in ("items_folded", "summaries_written", "model_calls", "input_tokens", "output_tokens", "recovered"):
         setattr(merged, field, getattr(first, field) + getattr(second, field))
     merged.items_after = second.items_after
+    merged.summarizer = second.summarizer or first.summarizer
+    merged.notes = list(dict.fromkeys([*first.notes, *second.notes]))
     if second.status == "compacted":
         merged.status = "compacted"
     return merged

@@ -2,8 +2,9 @@
 
 Used when no Anthropic key is configured. It groups items into at most ``limit``
 clusters (farthest-point seeding, then a few k-means rounds on cosine) and builds
-each summary from the sentences closest to its cluster's centre, in their
-original order. No model calls, no tokens; the same input gives the same output.
+each summary from every item's sentence closest to its cluster's centre, in their
+original order: a summary covers each item it replaces, and an item that does not
+fit stays as it is. No model calls, no tokens; the same input gives the same output.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from memory_core.embedders import Embedder
 from memory_core.models import ChatMessage, CompactionConfig
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_SENTENCES_PER_SUMMARY = 3
-_MAX_SUMMARY_CHARS = 1_200
+# One sentence of every item it replaces: room for a few hundred short facts, well within an item's size.
+_MAX_SUMMARY_CHARS = 8_000
 _ROUNDS = 10
+MODEL = "extractive"
+"""The name the offline summarizer reports as its model."""
 
 
 def _cluster(vectors: np.ndarray, k: int) -> list[list[int]]:
@@ -57,8 +60,12 @@ class ExtractiveSummarizer:
         cache: dict[str, np.ndarray] = {}
         vectors = self._vectors(texts, cache)
         groups = _cluster(vectors, min(config.limit, len(texts)))
-        topics = [Topic(summary=self._summary(texts, group, cache), item_indices=tuple(group)) for group in groups]
-        return Summary(topics=topics, model="extractive")
+        topics = []
+        for group in groups:
+            summary, covered = self._summary(texts, group, cache)
+            if covered:
+                topics.append(Topic(summary=summary, item_indices=covered))
+        return Summary(topics=topics, model=MODEL)
 
     def _vectors(self, texts: list[str], cache: dict[str, np.ndarray]) -> np.ndarray:
         missing = [t for t in dict.fromkeys(texts) if t not in cache]
@@ -66,11 +73,23 @@ class ExtractiveSummarizer:
             cache.update(zip(missing, np.asarray(self._embedder.embed(missing), dtype=np.float32), strict=True))
         return np.stack([cache[t] for t in texts])
 
-    def _summary(self, texts: list[str], group: list[int], cache: dict[str, np.ndarray]) -> str:
-        sentences = [(i, s.strip()) for i in group for s in _SENTENCE_END.split(texts[i]) if s.strip()]
-        unique = list(dict.fromkeys(s for _, s in sentences))
-        vectors = self._vectors(unique, cache)
-        centre = vectors.mean(axis=0)
-        ranked = np.argsort(-(vectors @ centre), kind="stable")[:_SENTENCES_PER_SUMMARY]
-        chosen = sorted(int(r) for r in ranked)  # keep the order they were said in
-        return " ".join(unique[r] for r in chosen)[:_MAX_SUMMARY_CHARS]
+    def _summary(self, texts: list[str], group: list[int], cache: dict[str, np.ndarray]) -> tuple[str, tuple[int, ...]]:
+        """Each item's sentence closest to the cluster's centre, in the order they were said, and the items
+        that made it into the summary: an item whose sentence does not fit is left out, and stays as it is."""
+        per_item = {i: [s.strip() for s in _SENTENCE_END.split(texts[i]) if s.strip()] or [texts[i]] for i in group}
+        unique = list(dict.fromkeys(s for sentences in per_item.values() for s in sentences))
+        vectors = dict(zip(unique, self._vectors(unique, cache), strict=True))
+        centre = np.mean([vectors[s] for s in unique], axis=0)
+        chosen: list[str] = []
+        covered: list[int] = []
+        used = 0
+        for i in group:  # oldest first: what fits the summary is the oldest of the cluster
+            best = max(per_item[i], key=lambda s: float(vectors[s] @ centre))
+            cost = 0 if best in chosen else len(best) + (1 if chosen else 0)
+            if used + cost > _MAX_SUMMARY_CHARS:
+                continue
+            if best not in chosen:
+                chosen.append(best)
+                used += cost
+            covered.append(i)
+        return " ".join(chosen), tuple(covered)

@@ -13,19 +13,23 @@ messages into the summary, update entities, index the exchange for retrieval).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from memory_core.errors import InvalidRequestError
+from memory_core.errors import InvalidRequestError, ReplyTimeout, SummarizerError
 from memory_core.models import ChatMessage, MessageRole
 from memory_core.session.history import SessionMessage
 from memory_core.tokens import TokenCounter
 
 if TYPE_CHECKING:
     from memory_core.session.session import Session
+
+
+logger = logging.getLogger(__name__)
 
 
 class MemoryStats(BaseModel):
@@ -44,6 +48,8 @@ class MemoryStats(BaseModel):
     summarized_tokens: int = 0
     compression_ratio: float | None = None
     entities: int = 0
+    # entity(k): why the last save's entities were not updated (they are, with the next save's), or None.
+    entity_error: str | None = None
 
 
 class ConversationMemory:
@@ -330,6 +336,9 @@ class EntityMemory(ConversationMemory):
         self.k = k
         self.entities_key = entities_key
         self.wait = wait
+        # Messages stored whose entities are not yet extracted (the cursor of the first), and why.
+        self._pending_from: str | None = None
+        self.entity_error: str | None = None
 
     @property
     def memory_variables(self) -> list[str]:
@@ -348,12 +357,24 @@ class EntityMemory(ConversationMemory):
         return [e.message for e in self.session.history.entries(last=2 * self.k)]
 
     def after_save(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], saved: list[SessionMessage]) -> None:
+        # The exchange is stored by now: a failed extraction must not fail save(), or an agent that retries
+        # would store the exchange twice. It is reported (entity_error, a warning) and its messages go
+        # with the next save's extraction.
         cursors = [s.cursor for s in saved if s.cursor]
-        if cursors:
-            self.session.extract_entities(cursors[0], cursors[-1], wait=self.wait)
+        if not cursors:
+            return
+        first = self._pending_from or cursors[0]
+        try:
+            self.session.extract_entities(first, cursors[-1], wait=self.wait)
+        except (SummarizerError, ReplyTimeout) as exc:
+            self._pending_from, self.entity_error = first, f"{type(exc).__name__}: {exc}"
+            logger.warning("session %s: entities not updated (%s); the next save tries again", self.session, exc)
+        else:
+            self._pending_from = self.entity_error = None
 
     def stats(self) -> MemoryStats:
-        return super().stats().model_copy(update={"entities": len(self.session.entities())})
+        counts = {"entities": len(self.session.entities()), "entity_error": self.entity_error}
+        return super().stats().model_copy(update=counts)
 
 
 class VectorMemory(ConversationMemory):

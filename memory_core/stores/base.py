@@ -238,6 +238,26 @@ def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
     }
 
 
+def oldest_by_hash(payloads: Iterable[Mapping[str, Any]]) -> dict[str, MemorySetItem]:
+    """One item per text hash: the oldest (lowest seq), so every fold of a text goes to the same item."""
+    oldest: dict[str, Mapping[str, Any]] = {}
+    for payload in payloads:
+        seen = oldest.get(payload["text_hash"])
+        if seen is None or payload["seq"] < seen["seq"]:
+            oldest[payload["text_hash"]] = payload
+    return {text: from_payload(payload) for text, payload in oldest.items()}
+
+
+def lifecycle_payload(item: MemorySetItem) -> dict[str, Any]:
+    """The payload fields of ``item``'s lifecycle (for ``set_fields``), as ``to_payload`` writes them."""
+    return {
+        "importance": item.importance,
+        "source": item.source,
+        "pinned": int(item.pinned),
+        "expires_at": None if item.expires_at is None else _ts(item.expires_at),
+    }
+
+
 def from_payload(payload: Mapping[str, Any], score: float | None = None) -> MemorySetItem:
     """Rebuilds the item a payload was made from (``to_payload``'s inverse)."""
     start, end = _dt(payload["created_start"]), _dt(payload["created_end"])
@@ -458,7 +478,7 @@ class VectorStore(Protocol):
         ...
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
-        """Visible items of the set whose normalized text hashes are among ``hashes``, by hash."""
+        """Visible items of the set whose normalized text hashes are among ``hashes``, by hash: the oldest of each."""
         ...
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:

@@ -11,7 +11,6 @@ run concurrently.
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,6 +41,7 @@ from memory_core.stores.base import (
     is_visible,
     migrated_vectors,
     newest_records,
+    oldest_by_hash,
     point_id,
     previous_texts,
     set_from_payload,
@@ -52,6 +52,8 @@ from memory_core.stores.base import (
     tombstone_payload,
     with_context,
 )
+from memory_core.stores.files import copy_tree_sparse
+from memory_core.stores.owner import StoreOwner
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +174,14 @@ class EdgeVectorStore:
         self._path = path
         self._tombstone_ttl = tombstone_ttl
         self._write_lock = threading.Lock()
+        self._owner = StoreOwner(path)  # first: a second opener is told who holds the store, by name
+        try:
+            self._open(path, collection, dimension, legacy)
+        except BaseException:
+            self._owner.release()
+            raise
+
+    def _open(self, path: Path, collection: str, dimension: int, legacy: str | None) -> None:
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
         self._items = _open_shard(path / collection, _items_config(dimension))
@@ -394,7 +404,7 @@ class EdgeVectorStore:
             must=[*_scope_filter(*scope), qe.FieldCondition(key="text_hash", match=qe.MatchAny(list(hashes)))],
             must_not=[_expired(time.time())],
         )
-        return {p["text_hash"]: from_payload(p) for p in self._scroll(self._items, hash_filter)}
+        return oldest_by_hash(self._scroll(self._items, hash_filter))
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
         found: list[tuple[Scope, str]] = []
@@ -507,7 +517,7 @@ class EdgeVectorStore:
             for shard, directory in ((self._items, self._items_dir), (self._sets, self._sets_dir)):
                 with _translated("flush"):
                     shard.flush()
-                shutil.copytree(directory, target / directory.name, ignore=shutil.ignore_patterns("*.lock"))
+                copy_tree_sparse(directory, target / directory.name, skip="*.lock")
                 copied.append(str(target / directory.name))
         return copied
 
@@ -518,7 +528,10 @@ class EdgeVectorStore:
 
     def close(self) -> None:
         with self._write_lock:
-            for shard in (self._items, self._sets):
-                with _translated("close"):
-                    shard.flush()
-                    shard.close()
+            try:
+                for shard in (self._items, self._sets):
+                    with _translated("close"):
+                        shard.flush()
+                        shard.close()
+            finally:
+                self._owner.release()

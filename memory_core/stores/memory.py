@@ -32,6 +32,7 @@ from memory_core.stores.base import (
     from_payload,
     is_visible,
     newest_records,
+    oldest_by_hash,
     previous_texts,
     set_from_payload,
     set_to_payload,
@@ -240,7 +241,7 @@ class InMemoryVectorStore:
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
         wanted = set(hashes)
-        return {p["text_hash"]: from_payload(p) for p, _ in self._visible(scope) if p["text_hash"] in wanted}
+        return oldest_by_hash(p for p, _ in self._visible(scope) if p["text_hash"] in wanted)
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
         with self._lock:

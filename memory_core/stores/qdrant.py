@@ -43,6 +43,7 @@ from memory_core.stores.base import (
     is_visible,
     migrated_vectors,
     newest_records,
+    oldest_by_hash,
     point_id,
     previous_texts,
     set_from_payload,
@@ -371,7 +372,7 @@ class QdrantVectorStore:
             must=[*_scope_conditions(*scope), qm.FieldCondition(key="text_hash", match=qm.MatchAny(any=list(hashes)))],
             must_not=[_expired(time.time())],
         )
-        return {p["text_hash"]: from_payload(p) for p in self._scroll(hash_filter)}
+        return oldest_by_hash(self._scroll(hash_filter))
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
         items_only = qm.Filter(must=[_expired(now)], must_not=[_TOMBSTONE])

@@ -7,25 +7,20 @@ through Redis, exactly as workers on separate hosts sharing a Qdrant server woul
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-from celery import Celery
-from celery.contrib.testing.worker import start_worker
-from kombu.asynchronous import get_event_loop, set_event_loop
 
 from memory_core import CompactionConfig, MemoryClient, routing
 from memory_core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
+from tests.integration.in_thread import in_thread_worker
 from tests.integration.processes import celery_process
 from tests.integration.waiting import wait_for
 from workers import services
@@ -35,30 +30,6 @@ SETS = 3
 WRITERS = 4
 BATCHES = 12  # per writer and set, of 3 items: 144 items per set
 CAPACITY = 10
-
-
-@contextlib.contextmanager
-def _worker_with_its_own_hub(app: Celery, **options: Any) -> Iterator[None]:
-    """An in-thread worker with an event loop of its own.
-
-    Celery's Hub bootstep reuses kombu's process-wide loop when one is set, so a second
-    worker in the same process would run the first one's loop from another thread (and
-    share its Redis connections). Each worker here builds its own; the global is restored.
-    """
-    previous = get_event_loop()
-    set_event_loop(None)
-    try:
-        started = start_worker(app, **options)
-        started.__enter__()
-    finally:
-        set_event_loop(previous)
-    try:
-        yield
-    except BaseException as exc:
-        if not started.__exit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        started.__exit__(None, None, None)
 
 
 @pytest.mark.timeout(300)
@@ -85,16 +56,7 @@ def test_two_beats_and_two_workers_run_one_compaction_per_set_at_a_time(fault_re
         app = create_app(settings)
         stack.callback(services.close, app)
         for n in (1, 2):
-            stack.enter_context(
-                _worker_with_its_own_hub(
-                    app,
-                    pool="threads",
-                    concurrency=2,
-                    perform_ping_check=False,
-                    hostname=f"race{n}@test",
-                    shutdown_timeout=60,
-                )
-            )
+            stack.enter_context(in_thread_worker(app, concurrency=2, hostname=f"race{n}@test", shutdown_timeout=60))
         for n in (1, 2):
             schedule = str(tmp_path / f"beat-{n}-schedule")
             stack.enter_context(celery_process("beat", beat_env, tmp_path / f"beat-{n}.log", "--schedule", schedule))

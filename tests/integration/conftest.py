@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 import redis
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 
 from memory_core import MemoryClient
 from memory_core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from workers import services
 from workers.app import create_app
+
+from .in_thread import in_thread_worker
+from .waiting import flush_keeping_heartbeats
 
 REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15")
 
@@ -81,14 +83,14 @@ def celery_app(settings: Settings) -> Celery:
 @pytest.fixture(scope="session")
 def worker(celery_app: Celery) -> Iterator[Celery]:
     """One real worker (thread pool, all queues) for the whole session."""
-    with start_worker(celery_app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=30):
+    with in_thread_worker(celery_app, concurrency=2):
         yield celery_app
     services.close(celery_app)
 
 
 @pytest.fixture(autouse=True)
 def _flush_redis(redis_url: str) -> None:
-    redis.Redis.from_url(redis_url).flushdb()
+    flush_keeping_heartbeats(redis_url)
 
 
 @pytest.fixture

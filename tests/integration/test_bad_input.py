@@ -13,7 +13,7 @@ from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MemorySe
 from memory_core.validation import MAX_TTL_SECONDS
 
 from .conftest import make_settings
-from .waiting import queued_tasks
+from .waiting import phantom_worker, queued_tasks
 
 
 @pytest.fixture
@@ -28,7 +28,8 @@ def idle_client(redis_url: str, tmp_path: Path) -> Iterator[MemoryClient]:
         "limits": {"max_items_per_call": 10},
         "client": {"timeout": 1},  # a call that gets through waits for no worker: fail fast, not in 30 s
     }
-    with MemoryClient(make_settings(redis_url, tmp_path, **overrides)) as client:
+    settings = make_settings(redis_url, tmp_path, **overrides)
+    with MemoryClient(settings) as client, phantom_worker(settings):
         yield client
 
 
@@ -42,6 +43,9 @@ CHAT_SET = MemorySet(name="chat", item_type=ChatMessage)
 BAD_ADDS = [
     pytest.param(TEXT_SET, "just a string", {}, "list of values", id="items-is-a-str"),
     pytest.param(TEXT_SET, ["x"] * 11, {}, "at most 10", id="too-many-items"),
+    pytest.param(TEXT_SET, [""], {}, "item 0 is '': empty or only whitespace", id="empty-item"),
+    pytest.param(TEXT_SET, ["ok", " \n\t "], {}, "item 1 is .*: empty or only whitespace", id="blank-item"),
+    pytest.param(CHAT_SET, [ChatMessage(content="  ")], {}, "item 0 has no content and no tool calls", id="blank-chat"),
     pytest.param(TEXT_SET, ["x" * 32_001], {}, "32001 characters", id="oversize-value"),
     pytest.param(TEXT_SET, [42], {}, "int 42", id="int-value"),
     pytest.param(TEXT_SET, ["bad \ud800 surrogate"], {}, "UTF-8", id="lone-surrogate"),
@@ -128,6 +132,13 @@ def test_bad_searches_raise_before_anything_is_enqueued(idle_client: MemoryClien
         ({"name": "a:b"}, "memory set name"),
         ({"name": "ok", "capacity": 0}, "capacity"),
         ({"name": "ok", "item_type": int}, "item_type"),
+        # One rule at the public boundary: numbers are never read from strings, nor cut from floats.
+        ({"name": "ok", "capacity": "10"}, r"capacity: Input should be a valid integer \(got '10'\)"),
+        ({"name": "ok", "capacity": 10.0}, r"capacity: Input should be a valid integer \(got 10.0\)"),
+        ({"name": "ok", "capacity": True}, "capacity"),
+        ({"name": "ok", "ttl_seconds": "60"}, "ttl_seconds"),
+        ({"name": "ok", "dedup_threshold": "0.9"}, "dedup_threshold"),
+        ({"name": "ok", "context_window": "2"}, "context_window"),
     ],
 )
 def test_bad_set_definitions_raise_before_anything_is_enqueued(idle_client: MemoryClient, kwargs, message):

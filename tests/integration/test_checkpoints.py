@@ -104,3 +104,11 @@ def test_checkpoints_are_scoped_by_namespace(client: MemoryClient, namespace: st
     assert client.checkpoints(f"{namespace}-other").list("t") == []
     assert client.checkpoints(f"{namespace}-other").delete_thread("t") == 0
     assert client.checkpoints(namespace).get("t") is not None
+
+
+def test_listing_before_a_checkpoint_object_is_a_type_error_named_as_such(client: MemoryClient, namespace: str):
+    saver = client.checkpoints(namespace)
+    first = saver.put("thread-1", {"step": 1})
+    with pytest.raises(InvalidRequestError, match="before must be a checkpoint id .* got Checkpoint .*pass its .id"):
+        saver.list("thread-1", before=first)  # type: ignore[arg-type]  # the mistake under test
+    assert [c.id for c in saver.list("thread-1", before=saver.put("thread-1", {"step": 2}).id)] == [first.id]

@@ -219,3 +219,128 @@ def test_status_counts_the_queues_on_a_broker_apart_from_the_cache_redis(setting
         broker.delete(queue)
         broker.close()
     assert report["queues"]["memory.write"] == 3
+
+
+def test_sets_create_makes_a_set_and_a_different_definition_is_refused(
+    settings: Settings, namespace: str, tmp_path: Path
+):
+    created = ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes", "--capacity", "50", "--json"))
+    assert (created["name"], created["capacity"]) == ("notes", 50)
+    again = ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes", "--capacity", "50", "--json"))
+    assert again == created  # the same definition: it exists, nothing changes
+    clash = run(settings, tmp_path, "sets", "create", namespace, "u", "notes", "--capacity", "60")
+    assert clash.returncode == 2
+    assert "capacity" in clash.stderr
+    assert "Traceback" not in clash.stderr
+    bad = run(settings, tmp_path, "sets", "create", namespace, "u", "other", "--capacity", "0")
+    assert bad.returncode == 2
+    assert "capacity" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_items_search_filters_on_metadata_and_a_malformed_filter_is_named(
+    settings: Settings, namespace: str, tmp_path: Path
+):
+    ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes"))
+    rows = [
+        {"value": f"tea note {i}", "id": f"n{i}", "metadata": {"src": "chat" if i % 2 else "mail", "n": i}}
+        for i in range(6)
+    ]
+    ok(run(settings, tmp_path, "items", "add", namespace, "u", "notes", stdin="\n".join(map(json.dumps, rows)) + "\n"))
+    hits = ok(
+        run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", "--filter", "src=chat", "--json")
+    )
+    assert sorted(h["id"] for h in hits) == ["n1", "n3", "n5"]
+    both = ["--filter", "src=chat", "--filter", "n=3", "--json"]
+    assert [h["id"] for h in ok(run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", *both))] == [
+        "n3"
+    ]
+    quoted = ["--filter", 'n="3"', "--json"]  # JSON text "3" is not the number 3
+    assert ok(run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", *quoted)) == []
+    malformed = run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", "--filter", "src")
+    assert malformed.returncode == 2
+    assert "--filter 'src': expected KEY=VALUE" in malformed.stderr
+
+
+def test_items_add_reports_what_it_stored_and_json_keeps_stderr_quiet(
+    settings: Settings, namespace: str, tmp_path: Path
+):
+    ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes"))
+    source = tmp_path / "items.jsonl"
+    source.write_text("\n".join(json.dumps({"value": f"fact {i}", "id": f"f{i}"}) for i in range(5)) + "\n\n")
+    done = run(settings, tmp_path, "items", "add", namespace, "u", "notes", str(source), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"stored": 5, "ids": [f"f{i}" for i in range(5)]}
+    assert done.stderr == ""
+    text = run(settings, tmp_path, "items", "add", namespace, "u", "notes", str(source))
+    assert text.returncode == 0, text.stderr
+    assert text.stdout == ""
+    assert len(text.stderr.strip().splitlines()) == 1  # off a terminal: one closing line, no bar redrawn
+    assert "5/5 items" in text.stderr
+
+
+def test_empty_listings_answer_and_a_namespace_with_nothing_to_export_writes_nothing(
+    settings: Settings, namespace: str, tmp_path: Path
+):
+    empty = run(settings, tmp_path, "sets", "list", namespace)
+    assert empty.returncode == 0
+    assert f"namespace {namespace!r} has no memory sets" in empty.stderr
+    assert ok(run(settings, tmp_path, "sets", "list", namespace, "--json")) == []
+    out = tmp_path / "typo.jsonl"
+    nothing = run(settings, tmp_path, "export", namespace, "-o", str(out))
+    assert nothing.returncode == 1
+    assert "has no memory sets" in nothing.stderr
+    assert not out.exists()
+
+
+def test_a_cut_short_export_is_refused_with_its_line_number(
+    client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path
+):
+    client.long_term(namespace, "u").get_or_create_memory_set("notes").add(["one", "two", "three"])
+    export = tmp_path / "ns.jsonl"
+    ok(run(settings, tmp_path, "export", namespace, "-o", str(export)))
+    whole = export.read_text()
+    export.write_text(whole[: len(whole) - 20])  # the copy stopped in the middle of the last line
+    done = run(settings, tmp_path, "import", str(export))
+    assert done.returncode == 2
+    assert "line 5" in done.stderr
+    assert "cut short" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    not_export = tmp_path / "other.jsonl"
+    not_export.write_text("[1, 2]\n")
+    refused = run(settings, tmp_path, "import", str(not_export))
+    assert refused.returncode == 2
+    assert "is not a memory-core export" in refused.stderr
+    missing = run(settings, tmp_path, "import", str(tmp_path / "nope.jsonl"))
+    assert missing.returncode == 2
+    assert "nope.jsonl: No such file or directory" in missing.stderr
+
+
+def test_version_and_a_reader_that_goes_away(client: MemoryClient, settings: Settings, namespace: str, tmp_path: Path):
+    shown = run(settings, tmp_path, "--version")
+    assert shown.returncode == 0
+    assert shown.stdout.startswith("memory-core ")
+    assert "unknown" not in shown.stdout
+    notes = client.long_term(namespace, "u").get_or_create_memory_set("notes", capacity=5000)
+    for start in (0, 1000):  # more than a pipe holds, so the export is still writing when the reader leaves
+        notes.add([f"a rather long note number {i} " + "x" * 200 for i in range(start, start + 1000)])
+    # `export ns | head -1`: the reader closes the pipe after one line; the export stops, quietly.
+    with subprocess.Popen(
+        [CLI, "export", namespace],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={
+            "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+            "MEMORY_REDIS__URL": settings.redis.url,
+            "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
+        },
+        cwd=tmp_path,
+    ) as export:
+        assert export.stdout is not None
+        assert export.stderr is not None
+        assert json.loads(export.stdout.readline())["kind"] == "memory-core-export"
+        export.stdout.close()
+        stderr = export.stderr.read().decode()
+        assert export.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr
+    assert "BrokenPipe" not in stderr

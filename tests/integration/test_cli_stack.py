@@ -18,6 +18,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_core import MemoryClient, load_settings
+from memory_core.stores.files import disk_usage
 
 from .conftest import REDIS_URL
 from .processes import free_port
@@ -114,6 +115,9 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
         before = _items(env, tmp_path)
         backup = ok_json(cli(env, tmp_path, "backup", "--label", "before-mistake", "--json"))
         assert backup["location"] == str(tmp_path / "backups" / "before-mistake")
+        # The engine preallocates its files sparsely; the snapshot keeps the holes (a plain copy took ~500 MB).
+        store_on_disk = disk_usage(tmp_path / "qdrant")
+        assert 0 < backup["bytes_on_disk"] <= 2 * store_on_disk + 1_000_000, (backup, store_on_disk)
         notes.delete([f"n{i}" for i in range(60)])  # the mistake
         notes.add(["a stray item"], ids=["stray"])
         assert notes.size() == 61
@@ -125,6 +129,7 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
     assert not ok_json(cli(env, tmp_path, "status", "--json"))["processes"]["worker"]["running"]
     restored = cli(env, tmp_path, "restore", "before-mistake", "--yes")
     assert restored.returncode == 0, restored.stderr
+    assert disk_usage(tmp_path / "qdrant") <= 2 * backup["bytes_on_disk"] + 1_000_000
     assert cli(env, tmp_path, "up", "--no-beat", "--no-flower").returncode == 0
     assert _items(env, tmp_path) == before  # every item, vector and field as it was; the stray one gone
 

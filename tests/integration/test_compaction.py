@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,9 +13,13 @@ import pytest
 from memory_core import ChatMessage, CompactionConfig, MemoryClient, SummarizerError, routing
 from memory_core.models import DatetimeRange, MessageRole
 from memory_core.testing.fake_anthropic import FakeAnthropic
+from workers import services
+from workers.app import create_app
 
+from .conftest import make_settings
+from .in_thread import in_thread_worker
 from .rawbroker import publish_raw
-from .waiting import wait_for
+from .waiting import flush_keeping_heartbeats, wait_for
 
 
 def requests_about(fake: FakeAnthropic, marker: str) -> list[dict[str, Any]]:
@@ -216,3 +221,38 @@ def test_the_sweep_compacts_sets_left_over_capacity(
     fake_anthropic.behave("ok")
     publish_raw(client.settings, routing.COMPACTION_SWEEP, {})
     wait_for(lambda: notes.size() == 1)
+
+
+def test_offline_compaction_keeps_every_fact_it_folds_and_says_which_summarizer_wrote_it(
+    redis_url: str, tmp_path: Path
+):
+    url = redis_url.rsplit("/", 1)[0] + "/8"  # a DB of its own: this worker has no API key
+    flush_keeping_heartbeats(url)
+    settings = make_settings(url, tmp_path / "store", anthropic={"api_key": ""})
+    app = create_app(settings)
+    facts = [
+        "Alice is allergic to peanuts.",
+        "The Andromeda galaxy is about two and a half million light years away.",
+        "The striker scored twice in the second half.",
+        "Bob prefers window seats on long flights.",
+        "Saturn's rings are made mostly of ice.",
+        "The team changed formation at half time.",
+    ]
+    try:
+        with (
+            in_thread_worker(app, concurrency=2),
+            MemoryClient(settings) as client,
+        ):
+            notes = client.long_term("acme", "u").get_or_create_memory_set(
+                "facts", compaction_config=CompactionConfig(model="claude-sonnet-4-5", limit=2)
+            )
+            notes.add(facts)
+            report = notes.compact()
+            assert report.summarizer == "extractive"
+            (note,) = report.notes
+            assert "claude-sonnet-4-5" in note
+            after = " ".join(str(i.value) for i in notes.get())
+            assert all(fact in after for fact in facts)  # folded into a summary, or kept as it was
+            assert report.items_folded == len(facts) - sum(not i.compacted for i in notes.get())
+    finally:
+        services.close(app)

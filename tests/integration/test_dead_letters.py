@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_core import MemoryClient, MemorySet, MemorySetNotFound
+from memory_core import InvalidRequestError, MemoryClient, MemorySet, MemorySetNotFound, SetDefinitionConflict
+from memory_core.admin import Admin
 from memory_core.deadletters import DeadLetters
 
 from .waiting import wait_for
@@ -49,3 +50,18 @@ def _json(letter: dict[str, object]) -> str:
 
     fields = {k: v for k, v in letter.items() if k != "namespace"}
     return json.dumps(fields)
+
+
+def test_a_callers_mistake_is_told_to_the_caller_and_kept_nowhere(client: MemoryClient, namespace: str, raw_redis):
+    ltm = client.long_term(namespace, "u")
+    ltm.get_or_create_memory_set("notes", capacity=10)
+    with pytest.raises(SetDefinitionConflict, match="capacity"):
+        ltm.get_or_create_memory_set("notes", capacity=20)
+    admin = Admin(client)
+    label = f"twice-{namespace}"
+    admin.backup(label)
+    with pytest.raises(InvalidRequestError, match="exists already"):
+        admin.backup(label)
+    letters = DeadLetters(raw_redis, client.keys, client.dispatcher)
+    assert letters.namespaces() == []
+    assert raw_redis.llen(client.keys.unroutable_dead_letters()) == 0

@@ -46,11 +46,13 @@ def test_expired_items_vanish_at_once_and_the_sweep_deletes_them(client: MemoryC
 def test_the_sets_default_ttl_applies_and_pinned_items_never_expire(client: MemoryClient, namespace: str, worker):
     notes = client.long_term(namespace, "u").get_or_create_memory_set("notes", ttl_seconds=1)
     ids = notes.add(["fleeting", "pinned one"], pinned=[False, True])
-    (pinned,) = notes.get([ids[1]])
-    assert pinned.expires_at is not None  # it has an expiry, but pinning exempts it
+    fleeting, pinned = notes.get(ids)
+    assert fleeting.expires_at is not None
+    assert pinned.expires_at is None  # the set's TTL does not apply to it: no expiry to show, past or future
     time.sleep(1.2)
     run_sweep(client, routing.TTL_SWEEP, worker, "ttl_sweep")
-    assert [i.id for i in notes.get()] == [ids[1]]
+    (kept,) = notes.get()
+    assert (kept.id, kept.expires_at) == (ids[1], None)
 
 
 def test_explicit_expires_at_and_lifecycle_fields_are_stored(client: MemoryClient, namespace: str):

@@ -165,17 +165,16 @@ def test_concurrent_adds_share_messages_and_each_gets_its_own_stored_ids(client:
     before = client.adds.messages, client.adds.requests
 
     def add(i: int) -> list[str]:
-        return notes.add([f"fact number {i}", "the shared fact"], ids=[f"own-{i}", f"copy-{i}"])
+        return notes.add([f"fact number {i}", "the shared fact"])  # ids the client names: they may fold
 
     with ThreadPoolExecutor(16) as pool:
         stored = list(pool.map(add, range(64)))
     messages, requests = client.adds.messages - before[0], client.adds.requests - before[1]
     assert requests == 64
     assert messages < requests, "adds that queued behind a publish should have shared a message"
-    assert [ids[0] for ids in stored] == [f"own-{i}" for i in range(64)]
+    assert len({ids[0] for ids in stored}) == 64
     shared = {ids[1] for ids in stored}
     assert len(shared) == 1
-    assert shared < {f"copy-{i}" for i in range(64)}
     assert notes.size() == 65
     assert {i.value for i in notes.get(sorted(shared))} == {"the shared fact"}
 
@@ -209,3 +208,26 @@ def test_operations_on_a_missing_set_raise_not_found_from_the_worker(client: Mem
     for call in (lambda: ltm.size("ghost"), lambda: ltm.get("ghost"), lambda: ltm.search("ghost", "x")):
         with pytest.raises(MemorySetNotFound):
             call()
+
+
+def test_a_fold_keeps_the_callers_id_and_everything_the_caller_set(client: MemoryClient, namespace: str):
+    notes = client.long_term(namespace, "u").get_or_create_memory_set("notes")  # exact dedup
+    (first,) = notes.add(["Alice is allergic to peanuts"], metadatas=[{"from": "chat"}], ttl=3600)
+    # An id the caller names is never folded away: it is stored, and found, under that id.
+    stored = notes.add(["Alice is allergic to peanuts"], ids=["peanut"], pinned=True, importance=0.95, source="doctor")
+    assert stored == ["peanut"]
+    (peanut,) = notes.get(["peanut"])
+    assert (peanut.pinned, peanut.importance, peanut.source) == (True, 0.95, "doctor")
+    # Without an id, the same text folds into the older item, which takes what this write set.
+    assert notes.add(
+        ["Alice is allergic to peanuts"], metadatas=[{"checked": True}], pinned=True, importance=0.9, source="nurse"
+    ) == [first]
+    (merged,) = notes.get([first])
+    assert merged.additional_metadata == {"from": "chat", "checked": True}
+    assert (merged.pinned, merged.importance, merged.source) == (True, 0.9, "nurse")
+    assert merged.expires_at is None  # the later expiry wins, and "never" is the latest
+    assert notes.size() == 2
+    # A fold never lowers what is there: a plainer copy leaves importance, pinning and source as they are.
+    assert notes.add(["Alice is allergic to peanuts"], importance=0.1) == [first]
+    (again,) = notes.get([first])
+    assert (again.pinned, again.importance, again.source) == (True, 0.9, "nurse")

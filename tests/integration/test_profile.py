@@ -73,3 +73,11 @@ def test_delete_removes_both_copies_and_bad_updates_are_refused(client: MemoryCl
 def test_profiles_are_scoped_by_namespace(client: MemoryClient, namespace: str):
     client.profile(namespace, "user-6").update({"secret": "mine"})
     assert client.profile(f"{namespace}-other", "user-6").get() == {}
+
+
+def test_a_first_update_logs_no_error(client: MemoryClient, namespace: str, caplog: pytest.LogCaptureFixture):
+    # Its read finds no profile set yet: a normal outcome, told to the caller and logged at INFO.
+    with caplog.at_level("INFO"):
+        client.profile(namespace, "newcomer").update({"name": "Ada"})
+    assert [r.getMessage() for r in caplog.records if r.levelname in {"ERROR", "CRITICAL"}] == []
+    assert any("MemorySetNotFound" in r.getMessage() for r in caplog.records)  # the read did find no set

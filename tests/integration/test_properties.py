@@ -21,7 +21,7 @@ from memory_core.validation import MAX_TTL_SECONDS
 
 from .conftest import make_settings
 from .rawbroker import publish_raw
-from .waiting import queued_tasks, wait_for
+from .waiting import phantom_worker, queued_tasks, wait_for
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -44,7 +44,8 @@ def idle(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[M
     touched. A call that gets through waits for no one: a short timeout makes that fail fast.
     """
     overrides: dict[str, object] = {"redis": {"url": redis_url, "key_prefix": "mcidle"}, "client": {"timeout": 0.1}}
-    with MemoryClient(make_settings(redis_url, tmp_path_factory.mktemp("idle"), **overrides)) as client:
+    settings = make_settings(redis_url, tmp_path_factory.mktemp("idle"), **overrides)
+    with MemoryClient(settings) as client, phantom_worker(settings):
         yield client
 
 

@@ -90,3 +90,16 @@ def test_recall_is_scoped_to_the_namespace_and_key_and_checks_its_input(client: 
             client.recall(namespace, "owner", "q", **kwargs)
     with pytest.raises(InvalidRequestError):
         client.recall(namespace, "owner", "  ")
+
+
+def test_also_in_names_each_other_tier_once(client: MemoryClient, namespace: str):
+    key = "user-3"
+    session = client.session(namespace, "chat-3", key=key, promote="none")
+    for _ in range(2):  # the same fact said twice in the session
+        session.buffer().save({"input": "my locker code is 7312"}, {"output": "noted"})
+    notes = client.long_term(namespace, key).get_or_create_memory_set("notes", dedup="none")
+    notes.add(["user: my locker code is 7312", "user: my locker code is 7312"])  # and twice in a set
+    result = client.recall(namespace, key, "locker code", session_id="chat-3", limit=10)
+    (locker,) = [i for i in result.items if "7312" in i.text]
+    assert len(locker.also_in) == len(set(locker.also_in)) == 1
+    assert locker.tier not in locker.also_in

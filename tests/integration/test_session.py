@@ -239,3 +239,18 @@ def test_a_summary_fold_waits_out_a_busy_lock(settings: Settings, namespace: str
     assert report is not None
     assert report.status == "folded"
     assert time.monotonic() - started >= 1.4  # it waited for the holder instead of running alongside
+
+
+def test_an_entity_failure_leaves_the_exchange_stored_once_and_is_caught_up_by_the_next_save(
+    client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic
+):
+    memory = client.session(namespace, "s6c").entity(k=2)
+    fake_anthropic.behave("garbage")  # every entity reply is unusable: SummarizerError in the worker
+    memory.save({"input": "Ines works at the observatory"}, {"output": "ok"})  # does not raise
+    assert memory.stats().entity_error is not None
+    assert len(memory.session.history) == 2  # the exchange, once: nothing for a retrying agent to repeat
+    fake_anthropic.behave("ok")
+    memory.save({"input": "Tomas plays the cello"}, {"output": "nice"})
+    assert memory.stats().entity_error is None
+    assert {"Ines", "Tomas"} <= set(memory.session.entities())  # the failed exchange's entities caught up
+    assert len(memory.session.history) == 4

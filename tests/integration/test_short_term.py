@@ -249,3 +249,13 @@ def test_values_and_ttls_that_persist_could_not_handle_are_refused_at_set(client
     stm.set("x", 10**600, ttl=MAX_TTL_SECONDS)
     stm.persist()
     assert client.short_term(namespace, "run-9").get_fields() == {"x": 10**600}
+
+
+def test_a_value_past_the_size_limit_is_refused_and_nothing_is_written(client: MemoryClient, namespace: str, raw_redis):
+    stm = client.short_term(namespace, "big")
+    limit = client.settings.short_term.max_value_bytes
+    with pytest.raises(InvalidRequestError, match=r"value at 'big' is 10,000,002 bytes as stored; at most 1,048,576"):
+        stm.set("big", "x" * 10_000_000)
+    stm.set("fits", "x" * (limit - 2))  # a JSON string: the text and its two quotes
+    stm.persist()
+    assert raw_redis.hkeys(client.keys.short_term(namespace, "big")) == [b"fits"]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import redis
 
 from memory_core import routing
+from memory_core.dispatch import open_redis
+from memory_core.keys import Keys
+from memory_core.liveness import Heartbeat, WorkerInfo
 from memory_core.settings import Settings
 
 
@@ -28,3 +32,26 @@ def queued_tasks(broker: redis.Redis, settings: Settings) -> int:
 def broker_drained(broker: redis.Redis, settings: Settings) -> bool:
     """Whether no task of this deployment is queued or delivered but unacknowledged (Redis broker)."""
     return queued_tasks(broker, settings) == 0 and not broker.hlen(settings.broker_key_prefix + "unacked")
+
+
+def flush_keeping_heartbeats(url: str) -> None:
+    """FLUSHDB, but the heartbeats of workers that run on across tests survive it (a flush is no restart)."""
+    client = redis.Redis.from_url(url)
+    kept = [(key, client.dump(key), client.pttl(key)) for key in client.scan_iter(match="*:!ops:*worker*")]
+    client.flushdb()
+    for key, value, ttl in kept:
+        if value is not None and ttl != -2:
+            client.restore(key, max(ttl, 0), value, replace=True)
+
+
+@contextlib.contextmanager
+def phantom_worker(settings: Settings) -> Iterator[Heartbeat]:
+    """A heartbeat for every queue of ``settings``' deployment, with nobody consuming: calls get through
+    the client's liveness check and stay queued, countable (the idle clients of the input tests)."""
+    info = WorkerInfo(hostname="phantom@tests", queues=routing.QUEUES)
+    heartbeat = Heartbeat(open_redis(settings), Keys(settings.redis.key_prefix), info, interval=1.0)
+    heartbeat.start()
+    try:
+        yield heartbeat
+    finally:
+        heartbeat.stop()

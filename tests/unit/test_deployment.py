@@ -33,10 +33,11 @@ def test_flower_runs_through_the_cli_with_basic_auth_published_on_loopback_only(
     assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
 
 
-def test_every_worker_publishes_its_metrics_port_on_loopback_and_compaction_has_its_own_pool():
+def test_workers_serve_metrics_on_the_compose_network_only_so_replicas_never_clash():
     services = _services()
     assert "memory.compaction" not in services["worker"]["command"][-1]
     assert services["worker-compaction"]["command"][-2:] == ["-Q", "memory.compaction"]
     for name in ("worker", "worker-compaction"):
         assert services[name]["environment"]["MEMORY_METRICS__PORT"] == "9464"
-        assert [p.split(":")[0] for p in services[name]["ports"]] == ["127.0.0.1"]
+        assert services[name]["expose"] == ["9464"]
+        assert "ports" not in services[name]  # a fixed host port would clash at the second replica

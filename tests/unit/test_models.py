@@ -3,12 +3,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from pydantic import ValidationError
 
+from memory_core.errors import InvalidRequestError
 from memory_core.models import (
     ChatMessage,
     CompactionConfig,
     DatetimeRange,
+    EvictionPolicy,
     MemorySet,
     MemorySetItem,
     MessageRole,
@@ -29,24 +30,24 @@ def test_memory_set_round_trips_through_json_with_its_item_type(item_type):
 
 @pytest.mark.parametrize("bad", [int, "int", dict])
 def test_memory_set_refuses_other_item_types(bad):
-    with pytest.raises(ValidationError, match="item_type"):
+    with pytest.raises(InvalidRequestError, match="item_type"):
         MemorySet(name="notes", item_type=bad)
 
 
 @pytest.mark.parametrize("name", ["a:b", "*", "..", ".", "a/b", "", "x" * 129, "a b"])
 def test_memory_set_names_cannot_carry_separators_or_globs(name):
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidRequestError, match="invalid MemorySet: name"):
         MemorySet(name=name)
 
 
 def test_compaction_limit_must_be_at_least_one():
-    with pytest.raises(ValidationError, match="greater than or equal to 1"):
+    with pytest.raises(InvalidRequestError, match="invalid CompactionConfig: limit: .*greater than or equal to 1"):
         CompactionConfig(limit=0)
 
 
 def test_datetime_range_must_be_ordered():
     now = datetime.now(UTC)
-    with pytest.raises(ValidationError, match="before start"):
+    with pytest.raises(InvalidRequestError, match="before start"):
         DatetimeRange(start=now, end=now - timedelta(seconds=1))
 
 
@@ -66,3 +67,27 @@ def test_item_values_parse_as_text_or_chat_message():
     assert MemorySetItem.model_validate({**common, "value": "text"}).value == "text"
     item = MemorySetItem.model_validate({**common, "value": {"role": "tool", "content": "42"}})
     assert item.value == ChatMessage(role=MessageRole.TOOL, content="42")
+
+
+@pytest.mark.parametrize(
+    ("build", "field"),
+    [
+        (lambda: CompactionConfig(limit=0), "limit"),
+        (lambda: CompactionConfig(limit="2"), "limit"),
+        (lambda: EvictionPolicy(max_items=3, policy="fifo"), "policy"),
+        (lambda: EvictionPolicy(max_items="3"), "max_items"),
+        (lambda: ChatMessage(role="robot", content="hi"), "role"),
+        (lambda: MemorySet(name="notes", capacity="10"), "capacity"),
+        (lambda: MemorySet(name="notes", capacity=10.0), "capacity"),
+        (lambda: MemorySet(name="notes", dedup_threshold="0.9"), "dedup_threshold"),
+        (lambda: MemorySet(name="notes", context_window="2"), "context_window"),
+    ],
+)
+def test_models_callers_build_refuse_bad_input_with_the_one_error_type_never_coercing(build, field):
+    with pytest.raises(InvalidRequestError, match=f": {field}: "):
+        build()
+
+
+def test_json_numbers_still_parse_where_a_float_is_expected():
+    # What the worker reads off the broker: 1 for a float field is a float.
+    assert MemorySet.model_validate({"name": "n", "dedup_threshold": 1}).dedup_threshold == 1.0

@@ -89,3 +89,46 @@ def test_a_malformed_secret_is_refused_without_showing_it(monkeypatch: pytest.Mo
     with pytest.raises(ConfigurationError, match=variable) as info:
         load_settings(_env_file=None)
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_empty_secret_is_no_secret(monkeypatch: pytest.MonkeyPatch, blank: str):
+    # docker-compose.yml passes MEMORY_ANTHROPIC__API_KEY= when no key is given.
+    for name in ("ANTHROPIC__API_KEY", "QDRANT__API_KEY", "AUTH__TOKENS", "CLIENT__TOKEN", "FLOWER__BASIC_AUTH"):
+        monkeypatch.setenv(f"MEMORY_{name}", blank)
+    settings = load_settings(_env_file=None)
+    assert settings.anthropic.api_key is None
+    assert settings.qdrant.api_key is None
+    assert settings.auth.tokens is None
+    assert settings.client.token is None
+    assert settings.flower.basic_auth is None
+
+
+def test_an_empty_api_key_means_the_offline_summarizer(caplog: pytest.LogCaptureFixture):
+    from memory_core.compaction import open_summarizer
+    from memory_core.compaction.extractive import ExtractiveSummarizer
+    from memory_core.embedders.hashing import HashingEmbedder
+
+    settings = Settings(_env_file=None, anthropic={"api_key": ""})
+    with caplog.at_level("WARNING"):
+        assert isinstance(open_summarizer(settings, HashingEmbedder()), ExtractiveSummarizer)
+    assert "offline extractive summarizer" in caplog.text
+
+
+def test_a_misspelled_setting_is_named_with_the_closest_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setenv("MEMORY_QDRANT__PATHH", "/data")
+    monkeypatch.setenv("MEMORY_REDIS_URL", "redis://elsewhere")
+    monkeypatch.setenv("MEMORY_NOTHING_LIKE_IT", "1")
+    monkeypatch.setenv("MEMORY_TEST_REDIS_URL", "redis://tests")  # the test suite's own
+    with caplog.at_level("WARNING"):
+        load_settings(_env_file=None)
+    assert "MEMORY_QDRANT__PATHH is not a memory-core setting and is ignored; did you mean MEMORY_QDRANT__PATH?" in (
+        caplog.text
+    )
+    assert (
+        "MEMORY_REDIS_URL is not a memory-core setting and is ignored; did you mean MEMORY_REDIS__URL?" in caplog.text
+    )
+    assert "MEMORY_NOTHING_LIKE_IT is not a memory-core setting and is ignored; see .env.example" in caplog.text
+    assert "MEMORY_TEST_REDIS_URL" not in caplog.text

@@ -296,15 +296,16 @@ def test_the_embedded_engine_opens_a_float32_store_of_an_earlier_version(tmp_pat
         store.close()
 
 
-def test_the_embedded_engine_refuses_a_second_owner(tmp_path: Path):
-    from memory_core.errors import StoreError
+def test_the_embedded_engine_refuses_a_second_owner_naming_the_first(tmp_path: Path):
+    from memory_core.errors import ConfigurationError
 
     owner = EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
     try:
-        with pytest.raises(StoreError, match="WAL"):
+        with pytest.raises(ConfigurationError, match=f"{tmp_path.resolve()} is in use by pid {os.getpid()} "):
             EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
     finally:
         owner.close()
+    EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension).close()  # closing released it
 
 
 def test_expired_items_are_invisible_to_every_read_unless_pinned(store: VectorStore):

@@ -57,3 +57,23 @@ def test_it_is_deterministic_and_respects_the_limit(summarizer: ExtractiveSummar
     assert first == summarizer.summarize(items, CompactionConfig(limit=2))
     assert len(first.topics) <= 2
     assert sorted(i for t in first.topics for i in t.item_indices) == list(range(len(items)))
+
+
+def test_a_summary_covers_every_item_it_replaces(summarizer: ExtractiveSummarizer):
+    # Six distinct facts into two topics: each folded item must be in its topic's summary.
+    facts = [COOKING[0], ASTRONOMY[0], FOOTBALL[0], COOKING[1], ASTRONOMY[1], FOOTBALL[1]]
+    result = summarizer.summarize(facts, CompactionConfig(limit=2))
+    folded = [i for t in result.topics for i in t.item_indices]
+    assert sorted(folded) == list(range(6))
+    for topic in result.topics:
+        for i in topic.item_indices:
+            assert facts[i] in topic.summary
+
+
+def test_an_item_that_does_not_fit_the_summary_is_not_folded(summarizer: ExtractiveSummarizer):
+    long_facts = [f"Fact {n}: " + "the striker scored again in the match " * 40 + "." for n in range(6)]
+    result = summarizer.summarize(long_facts, CompactionConfig(limit=1))
+    (topic,) = result.topics
+    assert 0 < len(topic.item_indices) < 6  # what fits 8,000 characters, and no more
+    assert all(long_facts[i] in topic.summary for i in topic.item_indices)
+    assert len(topic.summary) <= 8_000
