@@ -108,7 +108,8 @@ class Admin:
             raise InvalidRequestError(f"no backup {label!r} at {source}")
         target = qdrant.path.resolve()
         if target.exists():
-            StoreOwner(target).release()  # raises, naming the process, when a worker holds the store
+            # Raises, naming the process, when a worker holds the store.
+            StoreOwner(target, if_taken="stop it first (memory-core down), then restore").release()
         _refuse_if_open(target, [p.name for p in source.iterdir()])
         if target.exists():
             target.rename(target.with_name(f"{target.name}.before-restore-{time.strftime('%Y%m%dT%H%M%S')}"))

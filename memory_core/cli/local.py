@@ -80,6 +80,16 @@ class Process:
     name: str
     pid: int | None
     log: Path
+    log_start: int = 0  # where this run's lines begin: the log keeps earlier runs' lines before them
+
+    def log_text(self) -> str:
+        """What this run has logged so far."""
+        try:
+            with self.log.open("rb") as handle:
+                handle.seek(self.log_start)
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     @property
     def running(self) -> bool:
@@ -120,6 +130,7 @@ class LocalStack:
             raise ConfigurationError(f"{name} runs already (pid {current.pid}); memory-core down stops it")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with current.log.open("ab") as log:
+            start = log.tell()
             child = subprocess.Popen(
                 command,
                 stdout=log,
@@ -129,14 +140,18 @@ class LocalStack:
                 start_new_session=True,
             )
         (self.run_dir / f"{name}.pid").write_text(f"{child.pid}\n")
-        return self.process(name)
+        return Process(name, child.pid, current.log, log_start=start)
 
     def wait_until(self, process: Process, ready: str, timeout: float = 60.0) -> None:
-        """Waits for ``ready`` in the process's log; raises with the log's tail if it dies or times out."""
+        """Waits for ``ready`` in this run's log lines; raises with their tail if it dies or times out.
+
+        An earlier run's lines do not count: ``up`` after ``down`` returned at once, on the last run's
+        "ready", before the new worker consumed anything.
+        """
         deadline = time.monotonic() + timeout
-        while ready not in process.log.read_text(errors="replace"):
+        while ready not in process.log_text():
             if not process.running or time.monotonic() > deadline:
-                tail = process.log.read_text(errors="replace")[-1500:]
+                tail = process.log_text()[-1500:]
                 raise ConfigurationError(f"{process.name} did not start; the end of {process.log}:\n{tail}")
             time.sleep(0.1)
 

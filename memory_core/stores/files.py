@@ -11,18 +11,27 @@ import os
 import shutil
 from pathlib import Path
 
-_BLOCK = 1 << 16
-_ZEROS = bytes(_BLOCK)
+_READ = 1 << 20
+# Holes are found per filesystem page: the engine writes its data in pages scattered over the file, so
+# skipping only 64 KiB runs of zeros took three times the source's blocks.
+_PAGE = 4096
+_ZEROS = bytes(_READ)
 
 
 def copy_file_sparse(source: Path, target: Path) -> None:
-    """Copies ``source`` to ``target`` (mode and times too), leaving every all-zero block a hole."""
+    """Copies ``source`` to ``target`` (mode and times too), leaving every all-zero page a hole."""
     with source.open("rb") as src, target.open("wb") as dst:
-        while block := src.read(_BLOCK):
-            if block == _ZEROS[: len(block)]:
-                dst.seek(len(block), os.SEEK_CUR)
-            else:
-                dst.write(block)
+        while chunk := src.read(_READ):
+            if chunk == _ZEROS[: len(chunk)]:
+                dst.seek(len(chunk), os.SEEK_CUR)
+                continue
+            view = memoryview(chunk)
+            for start in range(0, len(chunk), _PAGE):
+                page = view[start : start + _PAGE]
+                if page == _ZEROS[: len(page)]:
+                    dst.seek(len(page), os.SEEK_CUR)
+                else:
+                    dst.write(page)
         dst.truncate()  # a file that ends in a hole still gets its full length
     shutil.copystat(source, target)
 

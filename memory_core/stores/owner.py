@@ -28,10 +28,16 @@ def _unusable(path: Path, exc: OSError) -> ConfigurationError:
     )
 
 
+_SECOND_OWNER = (
+    "one process owns an embedded store: stop that one, point MEMORY_QDRANT__PATH elsewhere, or run several "
+    "workers on a Qdrant server (MEMORY_QDRANT__BACKEND=server)"
+)
+
+
 class StoreOwner:
     """Holds the exclusive lock on ``path``; raises ``ConfigurationError`` naming the holder if taken."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, if_taken: str = _SECOND_OWNER) -> None:
         self.path = path.resolve()
         try:
             self.path.mkdir(parents=True, exist_ok=True)
@@ -44,11 +50,7 @@ class StoreOwner:
             holder = self._read()
             os.close(self._fd)
             self._fd = None
-            raise ConfigurationError(
-                f"the embedded store at {self.path} is in use by {holder}; one process owns an embedded "
-                "store: stop that one, point MEMORY_QDRANT__PATH elsewhere, or run several workers on a "
-                "Qdrant server (MEMORY_QDRANT__BACKEND=server)"
-            ) from None
+            raise ConfigurationError(f"the embedded store at {self.path} is in use by {holder}; {if_taken}") from None
         me = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv[:4])}
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, json.dumps({**me, "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}).encode(), 0)

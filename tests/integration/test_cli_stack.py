@@ -130,7 +130,9 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
     restored = cli(env, tmp_path, "restore", "before-mistake", "--yes")
     assert restored.returncode == 0, restored.stderr
     assert disk_usage(tmp_path / "qdrant") <= 2 * backup["bytes_on_disk"] + 1_000_000
-    assert cli(env, tmp_path, "up", "--no-beat", "--no-flower").returncode == 0
+    again = cli(env, tmp_path, "up", "--no-beat", "--no-flower")
+    assert again.returncode == 0
+    assert "worker   pid" in again.stdout, again.stdout  # the stopped worker is not taken for a live one
     assert _items(env, tmp_path) == before  # every item, vector and field as it was; the stray one gone
 
 
