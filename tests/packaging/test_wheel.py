@@ -1,0 +1,117 @@
+"""The wheel, as pip installs it for a user: built from this tree, installed into a clean venv, then run.
+
+A file or dependency missing from the package (the tokenizer once came from a second, ``--no-deps``
+install) fails here, not on a user's machine. The venv gets the exact versions of ops/constraints.txt,
+which pip serves from its cache after ops/install.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15").rsplit("/", 1)[0] + "/3"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (built,) = dist.glob("memory_core-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the wheel and nothing of this checkout (the tests run outside it)."""
+    where = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "-c", str(ROOT / "ops" / "constraints.txt"), str(wheel)], check=True, timeout=600)
+    return where
+
+
+def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "PYTHON"))}
+    return subprocess.run(
+        args, cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.timeout(900)
+def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker(wheel: Path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for needed in (
+        "memory_core/embedders/data/all-MiniLM-L6-v2.tokenizer.json",
+        "memory_core/embedders/data/NOTICE",
+        "memory_core/py.typed",
+        "workers/app.py",
+        "beat_schedule.py",
+    ):
+        assert needed in names, needed
+    assert not any(name.startswith("tests/") for name in names)
+
+
+@pytest.mark.timeout(900)
+def test_a_plain_pip_install_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp_path: Path):
+    version = _run(venv, tmp_path, str(venv / "bin" / "memory-core"), "--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"memory-core {metadata.version('memory-core')}"
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    env = {
+        "MEMORY_REDIS__URL": REDIS_URL,
+        "MEMORY_QDRANT__PATH": str(tmp_path / "store"),
+        "MEMORY_METRICS__ENABLED": "false",
+        "MEMORY_CELERY__POOL": "threads",
+    }
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "PYTHON"))}
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [str(venv / "bin" / "celery"), "-A", "workers.app", "worker", "--loglevel=INFO"],
+        cwd=tmp_path,
+        env={**clean, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        script = textwrap.dedent(
+            """
+            from memory_core import MemoryClient, load_settings
+            import memory_core, sys
+            assert "/site-packages/" in memory_core.__file__, memory_core.__file__
+            with MemoryClient(load_settings()) as client:
+                facts = client.long_term("acme", "alice").get_or_create_memory_set("facts")
+                facts.add(["Alice is allergic to peanuts.", "Alice likes hiking in the Alps."])
+                print(facts.search("what food must Alice avoid?", limit=1)[0].value)
+            """
+        )
+        deadline = time.monotonic() + 90
+        while True:  # the worker takes a few seconds to load its model; the client says when none is up yet
+            done = _run(venv, tmp_path, str(venv / "bin" / "python"), "-c", script, env=env)
+            if done.returncode == 0 or "NoWorkerAvailable" not in done.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert done.returncode == 0, done.stderr + (tmp_path / "worker.log").read_text()[-3000:]
+        assert done.stdout.strip() == "Alice is allergic to peanuts."
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+        log.close()
+        redis.Redis.from_url(REDIS_URL).flushdb()
