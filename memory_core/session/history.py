@@ -148,6 +148,26 @@ class SessionHistory:
                 pipe.expire(name, self.ttl)
 
 
+class SummaryState(BaseModel):
+    """What the summary strategy keeps in Redis next to the messages."""
+
+    summary: str = ""
+    cursor: str | None = None  # the last message folded into the summary
+    folded_messages: int = 0
+    folded_tokens: int = 0
+
+    @classmethod
+    def from_hash(cls, raw: Any) -> SummaryState:
+        """Reads the state from its Redis hash (an HGETALL reply)."""
+        values = {text(k): text(v) for k, v in raw.items()}
+        return cls(
+            summary=values.get("summary", ""),
+            cursor=values.get("cursor") or None,
+            folded_messages=int(values.get("folded_messages", 0)),
+            folded_tokens=int(values.get("folded_tokens", 0)),
+        )
+
+
 def parse_entries(raw: Any) -> list[SessionMessage]:
     """Stream entries (an XRANGE reply) as ``SessionMessage``s, with their cursors."""
     entries = []

@@ -11,7 +11,6 @@ import logging
 from typing import Any
 
 import redis
-from pydantic import BaseModel
 
 from memory_core.compaction.summarizer import Summarizer
 from memory_core.errors import TransientStoreError
@@ -20,7 +19,7 @@ from memory_core.locks import RedisLock
 from memory_core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.models import ChatMessage, CompactionConfig, MessageRole
 from memory_core.session.entities import EntityExtractor
-from memory_core.session.history import SessionKeys, SessionMessage, parse_entries, text
+from memory_core.session.history import SessionKeys, SessionMessage, SummaryState, parse_entries, text
 from memory_core.tokens import TokenCounter
 from memory_core.validation import parse
 
@@ -29,26 +28,6 @@ logger = logging.getLogger(__name__)
 _LOCK_TTL = 300
 # A fold or extraction of the same session is short: wait for it rather than spend a task retry.
 _LOCK_WAIT = 30.0
-
-
-class SummaryState(BaseModel):
-    """What the summary strategy keeps in Redis next to the messages."""
-
-    summary: str = ""
-    cursor: str | None = None  # the last message folded into the summary
-    folded_messages: int = 0
-    folded_tokens: int = 0
-
-    @classmethod
-    def from_hash(cls, raw: Any) -> SummaryState:
-        """Reads the state from its Redis hash (an HGETALL reply)."""
-        values = {text(k): text(v) for k, v in raw.items()}
-        return cls(
-            summary=values.get("summary", ""),
-            cursor=values.get("cursor") or None,
-            folded_messages=int(values.get("folded_messages", 0)),
-            folded_tokens=int(values.get("folded_tokens", 0)),
-        )
 
 
 def render(message: ChatMessage, prefixes: tuple[str, str]) -> str:

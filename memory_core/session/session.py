@@ -12,8 +12,7 @@ from memory_core import routing
 from memory_core.errors import BrokerUnavailable
 from memory_core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.models import ChatMessage, MemorySet, MessageRole
-from memory_core.session.history import SessionHistory, SessionKeys, SessionMessage, text
-from memory_core.session.service import SummaryState
+from memory_core.session.history import SessionHistory, SessionKeys, SessionMessage, SummaryState, text
 from memory_core.session.strategies import (
     BufferMemory,
     EntityMemory,
