@@ -6,7 +6,7 @@ COPY memory_core ./memory_core
 COPY workers ./workers
 COPY beat_schedule.py ./
 COPY ops/constraints.txt ./ops/
-RUN pip install --no-cache-dir -c ops/constraints.txt ".[tracing]"
+RUN pip install --no-cache-dir -c ops/constraints.txt ".[worker,flower,tracing]"
 RUN useradd --create-home memory && mkdir -p /data && chown memory /data
 USER memory
 ENV MEMORY_QDRANT__PATH=/data/qdrant MEMORY_STACK__RUN_DIR=/data/run MEMORY_STACK__BACKUP_DIR=/data/backups

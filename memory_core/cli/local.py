@@ -7,6 +7,7 @@ so ``down`` and ``status`` find them from any shell. Processes are started as co
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -68,7 +69,16 @@ def redis_command(url: str, data_dir: Path | None) -> list[str]:
 
 
 def celery_command(kind: str, *extra: str) -> list[str]:
-    """``celery -A workers.app <kind>`` from this interpreter's environment."""
+    """``celery -A workers.app <kind>`` from this interpreter's environment.
+
+    Raises ``ConfigurationError`` naming the extra to install when this environment has only the client.
+    """
+    extra_name, package = ("flower", "flower") if kind == "flower" else ("worker", "celery")
+    if importlib.util.find_spec(package) is None:
+        raise ConfigurationError(
+            f"memory-core {kind} needs the {package} package, which the client-only install leaves out: "
+            f"pip install 'memory-core[{extra_name}]'"
+        )
     celery = Path(sys.executable).parent / "celery"
     return [str(celery) if celery.exists() else "celery", "-A", "workers.app", kind, *extra]
 

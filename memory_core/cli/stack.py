@@ -14,6 +14,7 @@ from memory_core import routing
 from memory_core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
 from memory_core.cli.local import LocalStack, answers, celery_command, directory_size, redis_command
 from memory_core.dispatch import open_redis
+from memory_core.errors import ConfigurationError
 from memory_core.keys import Keys, decoded
 from memory_core.liveness import WorkerInfo, holding, live_workers
 from memory_core.settings import Settings, load_settings, redact_url
@@ -94,6 +95,7 @@ def _flower(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _up(args: argparse.Namespace, rest: list[str]) -> int:
     settings = load_settings()
+    celery_command("worker")  # a client-only install is told what to install before anything starts
     local = LocalStack(settings)
     url = settings.redis.url
     if not answers(url):
@@ -120,6 +122,8 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
             command, env = flower_launch(settings, dev=args.dev_flower, extra=[])
         except _Refused:
             print("flower   not started: set MEMORY_FLOWER__BASIC_AUTH, or pass --dev-flower")
+        except ConfigurationError as exc:  # the dashboard is optional: the rest of the stack runs without it
+            print(f"flower   not started: {exc}")
         else:
             flower = local.start("flower", command, env)
             print(

@@ -39,8 +39,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import qdrant_edge as qe
-
 from memory_core.errors import MemorySetNotFound
 from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope, SearchMode
 
@@ -96,18 +94,27 @@ class Lexical:
     """
 
     def __init__(self) -> None:
-        self._model = qe.Bm25(qe.Bm25Config())
+        self._model: Any = None  # built on first use: the module is imported where no engine is installed
         self._lock = threading.Lock()  # the model is shared by the worker's threads
 
     def document(self, text: str) -> SparseVector:
         with self._lock:
-            vector = self._model.embed_document(text)
+            vector = self._bm25().embed_document(text)
         return SparseVector(tuple(vector.indices), tuple(vector.values))
 
     def query(self, text: str) -> SparseVector:
         with self._lock:
-            vector = self._model.embed_query(text)
+            vector = self._bm25().embed_query(text)
         return SparseVector(tuple(vector.indices), tuple(vector.values))
+
+    def _bm25(self) -> Any:
+        # The stores package also holds what the CLI and admin use on disk (sparse copies, the store's
+        # owner lock), and a client-only install has no engine: import it when a model is first needed.
+        if self._model is None:
+            import qdrant_edge as qe
+
+            self._model = qe.Bm25(qe.Bm25Config())
+        return self._model
 
     def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
         """The two sparse vectors of an item: its text, and its text after its ``previous`` items'."""

@@ -76,7 +76,7 @@ def test_a_worker_without_its_model_runtime_exits_naming_the_package(tmp_path: P
     }
     code, last, _ = _start(env)
     assert code != 0
-    assert last == "memory-core worker cannot start: missing package 'onnxruntime': pip install it"
+    assert last == "memory-core worker cannot start: missing package 'onnxruntime': pip install 'memory-core[worker]'"
 
 
 @pytest.fixture

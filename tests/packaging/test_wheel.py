@@ -22,6 +22,8 @@ import redis
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15").rsplit("/", 1)[0] + "/3"
 
+WORKER_ONLY = ["celery", "qdrant_edge", "qdrant_client", "onnxruntime", "tokenizers", "numpy", "anthropic", "flower"]
+
 pytestmark = pytest.mark.slow
 
 
@@ -38,14 +40,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.fixture(scope="module")
-def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv holding the wheel and nothing of this checkout (the tests run outside it)."""
-    where = tmp_path_factory.mktemp("venv")
+def _venv(requirement: str, where: Path) -> Path:
+    """A venv holding ``requirement`` and nothing of this checkout (the tests run outside it)."""
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, "-c", str(ROOT / "ops" / "constraints.txt"), str(wheel)], check=True, timeout=600)
+    subprocess.run([*pip, "-c", str(ROOT / "ops" / "constraints.txt"), requirement], check=True, timeout=600)
     return where
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(f"{wheel}[worker]", tmp_path_factory.mktemp("venv"))
+
+
+@pytest.fixture(scope="module")
+def client_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _venv(str(wheel), tmp_path_factory.mktemp("client-venv"))
 
 
 def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -70,7 +80,31 @@ def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker(wheel: Pat
 
 
 @pytest.mark.timeout(900)
-def test_a_plain_pip_install_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp_path: Path):
+def test_the_plain_install_is_the_client_alone_and_says_what_a_worker_needs(client_venv: Path, tmp_path: Path):
+    script = textwrap.dedent(
+        f"""
+        import importlib.util, json
+        from memory_core import MemoryClient, NoWorkerAvailable, Settings
+
+        settings = Settings(_env_file=None, redis={{"url": {REDIS_URL!r}, "key_prefix": "mcwheel"}})
+        with MemoryClient(settings) as client:
+            try:
+                client.long_term("acme", "alice").get_or_create_memory_set("notes")
+            except NoWorkerAvailable as exc:
+                print(type(exc).__name__)
+        print(json.dumps([m for m in {WORKER_ONLY!r} if importlib.util.find_spec(m) is not None]))
+        """
+    )
+    done = _run(client_venv, tmp_path, str(client_venv / "bin" / "python"), "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["NoWorkerAvailable", "[]"]  # the client works; nothing heavy installed
+    worker = _run(client_venv, tmp_path, str(client_venv / "bin" / "memory-core"), "worker")
+    assert worker.returncode == 2
+    assert worker.stderr.strip().endswith("pip install 'memory-core[worker]'"), worker.stderr
+
+
+@pytest.mark.timeout(900)
+def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp_path: Path):
     version = _run(venv, tmp_path, str(venv / "bin" / "memory-core"), "--version")
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"memory-core {metadata.version('memory-core')}"
