@@ -156,7 +156,11 @@ def _preflight(sender: Any = None, **_: Any) -> None:
     try:
         services.get(app)
     except (MemoryCoreError, ImportError, OSError) as exc:
-        reason = f"missing package {exc.name!r}: pip install 'memory-core[worker]'" if isinstance(exc, ImportError) else str(exc)
+        reason = (
+            f"missing package {exc.name!r}: pip install 'memory-core[worker]'"
+            if isinstance(exc, ImportError)
+            else str(exc)
+        )
         raise SystemExit(f"memory-core worker cannot start: {reason}") from None
     if settings.celery.pool == "prefork":
         services.close(app)  # each pool process builds its own after the fork
