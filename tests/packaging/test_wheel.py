@@ -12,12 +12,16 @@ import subprocess
 import sys
 import textwrap
 import time
+import tomllib
 import zipfile
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import redis
+from packaging.requirements import Requirement
+
+from tests.integration.processes import celery_process
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15").rsplit("/", 1)[0] + "/3"
@@ -149,3 +153,48 @@ def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp
         worker.wait(timeout=60)
         log.close()
         redis.Redis.from_url(REDIS_URL).flushdb()
+
+
+def _floors() -> list[str]:
+    """Each base dependency pinned at the lowest version its range in pyproject.toml allows."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = []
+    for line in project["dependencies"]:
+        requirement = Requirement(line)
+        (floor,) = [spec.version for spec in requirement.specifier if spec.operator == ">="]
+        extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+        pins.append(f"{requirement.name}{extras}=={floor}")
+    return pins
+
+
+@pytest.mark.timeout(900)
+def test_the_client_works_at_the_floor_of_every_range(wheel: Path, tmp_path: Path):
+    # Ranges are a promise to the apps that install memory-core next to their own pins: the oldest
+    # versions they allow must work too. The worker runs from this checkout's environment.
+    where = tmp_path / "floor-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, str(wheel), *_floors()], check=True, timeout=600)
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    env = {"MEMORY_REDIS__URL": REDIS_URL, "MEMORY_QDRANT__PATH": str(tmp_path / "store")}
+    script = textwrap.dedent(
+        """
+        from memory_core import MemoryClient, load_settings
+
+        with MemoryClient(load_settings()) as client:
+            facts = client.long_term("acme", "alice").get_or_create_memory_set("facts")
+            facts.add(["Alice is allergic to peanuts.", "Alice likes hiking in the Alps."])
+            print(facts.search("what food must Alice avoid?", limit=1)[0].value)
+            with client.short_term("acme", "run-1") as stm:
+                stm.set("plan.step", 2)
+            print(client.short_term("acme", "run-1").get("plan").get_fields())
+            print(client.session("acme", "chat-1").token_buffer(2000).load({}))
+        """
+    )
+    try:
+        with celery_process("worker", {**env, "MEMORY_METRICS__ENABLED": "false"}, tmp_path / "worker.log"):
+            done = _run(where, tmp_path, str(where / "bin" / "python"), "-c", script, env=env)
+    finally:
+        redis.Redis.from_url(REDIS_URL).flushdb()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["Alice is allergic to peanuts.", "{'step': 2}", "{'history': ''}"]
