@@ -4,9 +4,8 @@ A thin client enqueues memory writes and searches as Celery tasks; workers embed
 and persist to Qdrant; Redis is the broker and shared cache.
 """
 
-from memory_core.checkpoints import Checkpoint, CheckpointStore
 from memory_core.client import LongTermMemory, MemoryClient, WriteReceipt
-from memory_core.errors import (
+from memory_core.core.errors import (
     AuthorizationError,
     BrokerUnavailable,
     CompactionError,
@@ -24,8 +23,8 @@ from memory_core.errors import (
     SummarizerError,
     TransientStoreError,
 )
-from memory_core.messages import ForgetReceipt, RecalledItem, RecallReply
-from memory_core.models import (
+from memory_core.core.messages import ForgetReceipt, RecalledItem, RecallReply
+from memory_core.core.models import (
     ChatMessage,
     ClientStats,
     CompactionConfig,
@@ -36,10 +35,11 @@ from memory_core.models import (
     MessageRole,
     Usage,
 )
-from memory_core.profile import UserProfile
-from memory_core.session import Session, combined
-from memory_core.settings import Settings, get_settings, load_settings
-from memory_core.short_term import MemoryObject, ShortTermMemory
+from memory_core.core.settings import Settings, get_settings, load_settings
+from memory_core.tiers.checkpoints import Checkpoint, CheckpointStore
+from memory_core.tiers.profile import UserProfile
+from memory_core.tiers.session import Session, combined
+from memory_core.tiers.short_term import MemoryObject, ShortTermMemory
 
 __all__ = [
     "AuthorizationError",

@@ -30,16 +30,17 @@ import qdrant_edge as qe
 import redis
 from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
 
-from memory_core import CompactionConfig, MemoryClient, NoWorkerAvailable, WriteReceipt, load_settings, routing
-from memory_core.dispatch import open_redis
-from memory_core.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
-from memory_core.liveness import consumers
-from memory_core.messages import CompactionReport
-from memory_core.models import MemorySet, MemorySetItem, Scope
-from memory_core.settings import QdrantSettings
-from memory_core.stores import ItemRecord, collection_name, point_id
-from memory_core.stores.base import to_payload
-from memory_core.stores.edge import DENSE, EdgeVectorStore
+from memory_core import CompactionConfig, MemoryClient, NoWorkerAvailable, WriteReceipt, load_settings
+from memory_core.core import routing
+from memory_core.core.dispatch import open_redis
+from memory_core.core.liveness import consumers
+from memory_core.core.messages import CompactionReport
+from memory_core.core.models import MemorySet, MemorySetItem, Scope
+from memory_core.core.settings import QdrantSettings
+from memory_core.engine.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
+from memory_core.engine.stores import ItemRecord, collection_name, point_id
+from memory_core.engine.stores.base import to_payload
+from memory_core.engine.stores.edge import DENSE, EdgeVectorStore
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
 SUBJECTS = ["Alice", "Bob", "the support agent", "our CFO", "Maya", "the on-call engineer", "Chen", "the customer"]

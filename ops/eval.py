@@ -29,7 +29,7 @@ from typing import Any
 from stack import ROOT, clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import MemoryClient, load_settings
-from memory_core.models import MemorySet
+from memory_core.core.models import MemorySet
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev"
 NAMESPACE = "eval"

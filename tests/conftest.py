@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ from prometheus_client import REGISTRY
 
 import beat_schedule
 import workers.tasks  # noqa: F401  # registers the shared tasks with every app created here
-from memory_core import metrics, routing, tracing
-from memory_core.dispatch import open_redis
-from memory_core.errors import ConfigurationError, MemoryCoreError
-from memory_core.keys import Keys
-from memory_core.liveness import Heartbeat, WorkerInfo
-from memory_core.metrics import NamespaceItems
-from memory_core.settings import Settings, get_settings
+from memory_core.core import metrics, routing, tracing
+from memory_core.core.dispatch import open_redis
+from memory_core.core.errors import ConfigurationError, MemoryCoreError
+from memory_core.core.keys import Keys
+from memory_core.core.liveness import Heartbeat, WorkerInfo
+from memory_core.core.metrics import NamespaceItems
+from memory_core.core.settings import Settings, get_settings
 from workers import services
 from workers.base import MemoryTask
 from workers.broker import keep_poison_in, transport_for

@@ -24,9 +24,9 @@ from celery import Task
 from celery.exceptions import Reject
 from pydantic import TypeAdapter, ValidationError
 
-from memory_core import metrics, routing, tracing
-from memory_core.auth import AUTH_HEADER, refusal
-from memory_core.errors import (
+from memory_core.core import metrics, routing, tracing
+from memory_core.core.auth import AUTH_HEADER, refusal
+from memory_core.core.errors import (
     CALLER_MISTAKES,
     AuthorizationError,
     InvalidRequestError,
@@ -34,8 +34,8 @@ from memory_core.errors import (
     NotFoundError,
     TransientStoreError,
 )
-from memory_core.messages import ErrorInfo, Reply
-from memory_core.models import Namespace
+from memory_core.core.messages import ErrorInfo, Reply
+from memory_core.core.models import Namespace
 from workers import services
 
 logger = logging.getLogger(__name__)

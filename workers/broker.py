@@ -38,7 +38,7 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
-from memory_core import metrics, routing
+from memory_core.core import metrics, routing
 
 logger = logging.getLogger(__name__)
 

@@ -16,26 +16,26 @@ from typing import Any
 import redis
 from celery import Celery
 
-from memory_core.auth import TokenMap
-from memory_core.batching import AddBatcher
-from memory_core.cache.embeddings import EmbeddingCache
-from memory_core.compaction import CompactionTrigger, Compactor, open_summarizer
-from memory_core.coordination import Coordinator
-from memory_core.dispatch import Dispatcher, open_redis
-from memory_core.embedders import open_embedder
-from memory_core.erasure import Eraser
-from memory_core.keys import Keys
-from memory_core.maintenance import Maintenance
-from memory_core.messages import AddReply
-from memory_core.recall import Recaller
-from memory_core.redaction import Redactor
-from memory_core.service import MemoryService
-from memory_core.session.entities import EntityExtractor, OfflineEntityExtractor
-from memory_core.session.service import SessionService
-from memory_core.settings import Settings, redact_url
-from memory_core.stores import open_store
-from memory_core.tokens import default_counter
-from memory_core.transfer import Transfer
+from memory_core.core.auth import TokenMap
+from memory_core.core.coordination import Coordinator
+from memory_core.core.dispatch import Dispatcher, open_redis
+from memory_core.core.keys import Keys
+from memory_core.core.messages import AddReply
+from memory_core.core.settings import Settings, redact_url
+from memory_core.core.tokens import default_counter
+from memory_core.engine.batching import AddBatcher
+from memory_core.engine.compaction import CompactionTrigger, Compactor, open_summarizer
+from memory_core.engine.embedders import open_embedder
+from memory_core.engine.embedders.cache import EmbeddingCache
+from memory_core.engine.erasure import Eraser
+from memory_core.engine.maintenance import Maintenance
+from memory_core.engine.recall import Recaller
+from memory_core.engine.redaction import Redactor
+from memory_core.engine.service import MemoryService
+from memory_core.engine.session.entities import EntityExtractor, OfflineEntityExtractor
+from memory_core.engine.session.service import SessionService
+from memory_core.engine.stores import open_store
+from memory_core.engine.transfer import Transfer
 
 logger = logging.getLogger(__name__)
 
@@ -222,7 +222,7 @@ def _build(base: Basics) -> Services:
 def _entity_extractor(settings: Settings) -> EntityExtractor:
     """Claude when an API key is set (the session summary model), else the offline extractor."""
     if settings.anthropic.api_key is not None:
-        from memory_core.session.claude_entities import ClaudeEntityExtractor
+        from memory_core.engine.session.claude_entities import ClaudeEntityExtractor
 
         return ClaudeEntityExtractor(settings.anthropic, model=settings.session.summary_model)
     return OfflineEntityExtractor()

@@ -18,8 +18,8 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from memory_core.errors import BrokerUnavailable, ConfigurationError, InvalidRequestError, MemoryCoreError
-from memory_core.models import describe
+from memory_core.core.errors import BrokerUnavailable, ConfigurationError, InvalidRequestError, MemoryCoreError
+from memory_core.core.models import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

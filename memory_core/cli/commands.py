@@ -16,17 +16,17 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from memory_core import routing
-from memory_core.admin import PAGE, Admin
 from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
-from memory_core.deadletters import DeadLetters
-from memory_core.errors import InvalidRequestError, NotFoundError
-from memory_core.messages import CreateSetRequest, ExportedItem
-from memory_core.models import ChatMessage, CompactionConfig, MemorySet, SearchMode
-from memory_core.settings import load_settings
-from memory_core.stores.files import disk_usage
+from memory_core.client.admin import PAGE, Admin
+from memory_core.client.deadletters import DeadLetters
+from memory_core.core import routing
+from memory_core.core.errors import InvalidRequestError, NotFoundError
+from memory_core.core.files import disk_usage
+from memory_core.core.messages import CreateSetRequest, ExportedItem
+from memory_core.core.models import ChatMessage, CompactionConfig, MemorySet, SearchMode
+from memory_core.core.settings import load_settings
 
 EXPORT_FORMAT = "memory-core-export"
 

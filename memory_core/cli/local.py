@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 import redis
 
-from memory_core.errors import ConfigurationError
-from memory_core.settings import Settings
-from memory_core.stores.files import disk_usage
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.files import disk_usage
+from memory_core.core.settings import Settings
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 ORDER = ("redis", "worker", "beat", "flower")

@@ -10,14 +10,14 @@ from typing import Any
 
 import redis
 
-from memory_core import routing
 from memory_core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
 from memory_core.cli.local import LocalStack, answers, celery_command, directory_size, redis_command
-from memory_core.dispatch import open_redis
-from memory_core.errors import ConfigurationError
-from memory_core.keys import Keys, decoded
-from memory_core.liveness import WorkerInfo, holding, live_workers
-from memory_core.settings import Settings, load_settings, redact_url
+from memory_core.core import routing
+from memory_core.core.dispatch import open_redis
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.keys import Keys, decoded
+from memory_core.core.liveness import WorkerInfo, holding, live_workers
+from memory_core.core.settings import Settings, load_settings, redact_url
 
 
 def register(sub: Any) -> None:

@@ -127,8 +127,8 @@ class FakeAnthropic:
 
 def _entities(text: str) -> dict[str, Any]:
     """What the fake "model" answers for record_entities: the offline extractor run on the tagged data."""
-    from memory_core.models import ChatMessage
-    from memory_core.session.entities import OfflineEntityExtractor
+    from memory_core.core.models import ChatMessage
+    from memory_core.engine.session.entities import OfflineEntityExtractor
 
     def lines(tag: str) -> list[dict[str, Any]]:
         found = re.search(rf"<{tag}>\n(.*?)</{tag}>", text, flags=re.DOTALL)

@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import signals
 
-from memory_core import routing
+from memory_core.core import routing
 from workers.app import app
 
 __all__ = ["app"]

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core import CompactionConfig, MemoryClient, routing
-from memory_core.settings import Settings
+from memory_core import CompactionConfig, MemoryClient
+from memory_core.core import routing
+from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from tests.integration.in_thread import in_thread_worker
 from tests.integration.processes import celery_process

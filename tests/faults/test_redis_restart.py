@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from memory_core import MemoryClient, MemoryCoreError
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 from tests.integration.processes import celery_process, free_port, start_redis, stop
 from tests.integration.waiting import broker_drained, wait_for
 

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from memory_core import MemoryClient, TransientStoreError
-from memory_core.deadletters import DeadLetters
-from memory_core.settings import Settings
+from memory_core.client.deadletters import DeadLetters
+from memory_core.core.settings import Settings
 from tests.integration.processes import celery_process
 from tests.integration.waiting import wait_for
 

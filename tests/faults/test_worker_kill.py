@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from memory_core import MemoryClient, MemoryCoreError
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 from tests.integration.processes import celery_process
 from tests.integration.waiting import broker_drained, wait_for
 

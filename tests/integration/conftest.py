@@ -16,7 +16,7 @@ import redis
 from celery import Celery
 
 from memory_core import MemoryClient
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from workers import services
 from workers.app import create_app

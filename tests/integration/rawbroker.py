@@ -7,12 +7,12 @@ from typing import Any
 
 from kombu import Connection
 
-from memory_core.auth import AUTH_HEADER
-from memory_core.dispatch import celery_message
-from memory_core.messages import AddRequest, NewItem
-from memory_core.models import utcnow
-from memory_core.routing import ROUTES
-from memory_core.settings import Settings
+from memory_core.core.auth import AUTH_HEADER
+from memory_core.core.dispatch import celery_message
+from memory_core.core.messages import AddRequest, NewItem
+from memory_core.core.models import utcnow
+from memory_core.core.routing import ROUTES
+from memory_core.core.settings import Settings
 
 
 def publish_raw(

@@ -15,11 +15,12 @@ import redis
 from kombu import Connection
 from pydantic import BaseModel
 
-from memory_core import AuthorizationError, MemoryClient, MemorySet, routing
-from memory_core.admin import Admin
-from memory_core.auth import refusal
-from memory_core.dispatch import celery_message
-from memory_core.messages import (
+from memory_core import AuthorizationError, MemoryClient, MemorySet
+from memory_core.client.admin import Admin
+from memory_core.core import routing
+from memory_core.core.auth import refusal
+from memory_core.core.dispatch import celery_message
+from memory_core.core.messages import (
     AddRequest,
     BackupRequest,
     CompactRequest,
@@ -41,8 +42,8 @@ from memory_core.messages import (
     SearchRequest,
     SetRequest,
 )
-from memory_core.models import MemorySetItem, utcnow
-from memory_core.settings import Settings
+from memory_core.core.models import MemorySetItem, utcnow
+from memory_core.core.settings import Settings
 
 from .processes import celery_process, free_port, start_redis, stop
 from .rawbroker import add_kwargs, publish_raw

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MemorySet
-from memory_core.validation import MAX_TTL_SECONDS
+from memory_core.core.validation import MAX_TTL_SECONDS
 
 from .conftest import make_settings
 from .waiting import phantom_worker, queued_tasks

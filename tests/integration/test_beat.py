@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from memory_core import MemoryClient
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 from .processes import celery_process
 

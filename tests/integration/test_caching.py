@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from memory_core import MemoryClient, MemoryCoreError
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 from workers import services
 
 

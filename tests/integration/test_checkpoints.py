@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from memory_core import InvalidRequestError, MemoryClient
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 
 def test_the_newest_checkpoint_comes_first_and_links_to_its_parent(client: MemoryClient, namespace: str):

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from memory_core import MemoryClient
 from memory_core.cli.commands import fingerprint
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 from .processes import free_port
 

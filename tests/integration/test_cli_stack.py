@@ -18,7 +18,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_core import MemoryClient, load_settings
-from memory_core.stores.files import disk_usage
+from memory_core.core.files import disk_usage
 
 from .conftest import REDIS_URL
 from .processes import free_port

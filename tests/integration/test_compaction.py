@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from memory_core import ChatMessage, CompactionConfig, MemoryClient, SummarizerError, routing
-from memory_core.models import DatetimeRange, MessageRole
+from memory_core import ChatMessage, CompactionConfig, MemoryClient, SummarizerError
+from memory_core.core import routing
+from memory_core.core.models import DatetimeRange, MessageRole
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from workers import services
 from workers.app import create_app

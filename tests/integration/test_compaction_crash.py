@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core.compaction import Compactor
-from memory_core.compaction.extractive import ExtractiveSummarizer
-from memory_core.embedders.hashing import HashingEmbedder
-from memory_core.errors import TransientStoreError
-from memory_core.keys import Keys
-from memory_core.messages import CompactRequest
-from memory_core.models import MemorySet, MemorySetItem, Scope, utcnow
-from memory_core.settings import CompactionSettings
-from memory_core.stores import ItemRecord
-from memory_core.stores.edge import EdgeVectorStore
+from memory_core.core.errors import TransientStoreError
+from memory_core.core.keys import Keys
+from memory_core.core.messages import CompactRequest
+from memory_core.core.models import MemorySet, MemorySetItem, Scope, utcnow
+from memory_core.core.settings import CompactionSettings
+from memory_core.engine.compaction import Compactor
+from memory_core.engine.compaction.extractive import ExtractiveSummarizer
+from memory_core.engine.embedders.hashing import HashingEmbedder
+from memory_core.engine.stores import ItemRecord
+from memory_core.engine.stores.edge import EdgeVectorStore
 
 EMBEDDER = HashingEmbedder(dimension=64)
 SCOPE = Scope("crash", "u", "notes")

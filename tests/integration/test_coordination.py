@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 import redis
 
-from memory_core.coordination import SIZE_HINT_TTL, Coordinator
-from memory_core.embedders.hashing import HashingEmbedder
-from memory_core.keys import Keys
-from memory_core.models import MemorySet, Scope
-from memory_core.service import MemoryService
-from memory_core.settings import LimitsSettings
-from memory_core.stores.memory import InMemoryVectorStore
+from memory_core.core.coordination import SIZE_HINT_TTL, Coordinator
+from memory_core.core.keys import Keys
+from memory_core.core.models import MemorySet, Scope
+from memory_core.core.settings import LimitsSettings
+from memory_core.engine.embedders.hashing import HashingEmbedder
+from memory_core.engine.service import MemoryService
+from memory_core.engine.stores.memory import InMemoryVectorStore
 
 SCOPE = Scope("ns", "k", "notes")
 

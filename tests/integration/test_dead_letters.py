@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from memory_core import InvalidRequestError, MemoryClient, MemorySet, MemorySetNotFound, SetDefinitionConflict
-from memory_core.admin import Admin
-from memory_core.deadletters import DeadLetters
+from memory_core.client.admin import Admin
+from memory_core.client.deadletters import DeadLetters
 
 from .waiting import wait_for
 

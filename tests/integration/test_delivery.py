@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from memory_core import InvalidRequestError, MemoryClient, routing
-from memory_core.settings import Settings
+from memory_core import InvalidRequestError, MemoryClient
+from memory_core.core import routing
+from memory_core.core.settings import Settings
 
 from .rawbroker import add_kwargs, publish_raw
 from .waiting import wait_for

@@ -6,8 +6,8 @@ import pytest
 from celery import Celery
 
 from memory_core import MemoryClient, MemorySet, MemorySetNotFound
-from memory_core.models import Scope
-from memory_core.settings import Settings
+from memory_core.core.models import Scope
+from memory_core.core.settings import Settings
 from tests.integration.waiting import wait_for
 from workers import services
 

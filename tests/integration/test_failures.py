@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memory_core import BrokerUnavailable, MemoryClient, routing
+from memory_core import BrokerUnavailable, MemoryClient
+from memory_core.core import routing
 
 from .conftest import make_settings
 from .rawbroker import add_kwargs, publish_raw

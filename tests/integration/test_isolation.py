@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from memory_core import MemoryClient, MemorySet, MemorySetNotFound, routing
+from memory_core import MemoryClient, MemorySet, MemorySetNotFound
+from memory_core.core import routing
 
 from .conftest import make_settings
 

@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from celery import Celery
 
-from memory_core import ChatMessage, EvictionPolicy, InvalidRequestError, MemoryClient, routing
-from memory_core.models import Scope
+from memory_core import ChatMessage, EvictionPolicy, InvalidRequestError, MemoryClient
+from memory_core.core import routing
+from memory_core.core.models import Scope
 from workers import services
 
 from .rawbroker import publish_raw

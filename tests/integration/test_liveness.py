@@ -14,10 +14,11 @@ import pytest
 import redis
 from celery import Celery
 
-from memory_core import MemoryClient, MemorySet, NoWorkerAvailable, ReplyTimeout, routing
-from memory_core.keys import Keys
-from memory_core.liveness import consumers, live_workers
-from memory_core.settings import Settings
+from memory_core import MemoryClient, MemorySet, NoWorkerAvailable, ReplyTimeout
+from memory_core.core import routing
+from memory_core.core.keys import Keys
+from memory_core.core.liveness import consumers, live_workers
+from memory_core.core.settings import Settings
 from workers import services
 from workers.app import create_app
 

@@ -18,7 +18,7 @@ from memory_core import (
     MemorySetNotFound,
     SetDefinitionConflict,
 )
-from memory_core.models import DatetimeRange, MessageRole
+from memory_core.core.models import DatetimeRange, MessageRole
 
 
 def _messages() -> list[ChatMessage]:

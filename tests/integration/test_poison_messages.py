@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from memory_core import MemoryClient, routing
-from memory_core.deadletters import DeadLetters
-from memory_core.dispatch import celery_message
-from memory_core.models import MemorySet
-from memory_core.settings import Settings
+from memory_core import MemoryClient
+from memory_core.client.deadletters import DeadLetters
+from memory_core.core import routing
+from memory_core.core.dispatch import celery_message
+from memory_core.core.models import MemorySet
+from memory_core.core.settings import Settings
 
 from .conftest import REDIS_URL
 from .processes import celery_process

@@ -16,8 +16,9 @@ import redis
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from memory_core import InvalidRequestError, LongTermMemory, MemoryClient, MemorySet, ReplyTimeout, routing
-from memory_core.validation import MAX_TTL_SECONDS
+from memory_core import InvalidRequestError, LongTermMemory, MemoryClient, MemorySet, ReplyTimeout
+from memory_core.core import routing
+from memory_core.core.validation import MAX_TTL_SECONDS
 
 from .conftest import make_settings
 from .rawbroker import publish_raw

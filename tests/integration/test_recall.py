@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory_core import InvalidRequestError, MemoryClient
-from memory_core.recall import CONTEXT_HEADER
+from memory_core.engine.recall import CONTEXT_HEADER
 from tests.integration.waiting import wait_for
 
 

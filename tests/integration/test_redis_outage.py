@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from memory_core import BrokerUnavailable, MemoryClient, NoWorkerAvailable
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 from .processes import celery_process, free_port, start_redis, stop
 

@@ -10,7 +10,7 @@ import pytest
 import trustme
 
 from memory_core import BrokerUnavailable, MemoryClient
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 
 from .processes import celery_process, free_port, start_redis, stop
 

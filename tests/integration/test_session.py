@@ -11,9 +11,9 @@ import pytest
 import redis
 
 from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MessageRole
-from memory_core.session import combined
-from memory_core.settings import Settings
+from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
+from memory_core.tiers.session import combined
 from tests.integration.waiting import wait_for
 
 

@@ -15,8 +15,8 @@ import pytest
 import redis
 
 from memory_core import InvalidRequestError, MemoryClient
-from memory_core.short_term import NESTED_OBJECT, MemoryObject
-from memory_core.validation import MAX_TTL_SECONDS
+from memory_core.core.validation import MAX_TTL_SECONDS
+from memory_core.tiers.short_term import NESTED_OBJECT, MemoryObject
 
 
 @pytest.fixture

@@ -85,7 +85,7 @@ def test_a_compaction_an_add_triggers_continues_its_trace_into_the_summarizer(
 
 
 def test_without_a_recording_span_no_trace_header_is_sent(client: MemoryClient, namespace: str):
-    from memory_core import tracing
+    from memory_core.core import tracing
 
     headers: dict[str, str] = {}
     tracing.inject(headers)

@@ -12,8 +12,8 @@ import redis
 from celery import Celery
 
 from memory_core import ConfigurationError, MemoryClient
-from memory_core.deadletters import DeadLetters
-from memory_core.settings import Settings
+from memory_core.client.deadletters import DeadLetters
+from memory_core.core.settings import Settings
 from workers import services
 from workers.app import create_app
 

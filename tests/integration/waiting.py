@@ -8,11 +8,11 @@ from collections.abc import Callable, Iterator
 
 import redis
 
-from memory_core import routing
-from memory_core.dispatch import open_redis
-from memory_core.keys import Keys
-from memory_core.liveness import Heartbeat, WorkerInfo
-from memory_core.settings import Settings
+from memory_core.core import routing
+from memory_core.core.dispatch import open_redis
+from memory_core.core.keys import Keys
+from memory_core.core.liveness import Heartbeat, WorkerInfo
+from memory_core.core.settings import Settings
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:

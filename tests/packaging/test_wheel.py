@@ -73,8 +73,8 @@ def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -
 def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in (
-        "memory_core/embedders/data/all-MiniLM-L6-v2.tokenizer.json",
-        "memory_core/embedders/data/NOTICE",
+        "memory_core/engine/embedders/data/all-MiniLM-L6-v2.tokenizer.json",
+        "memory_core/engine/embedders/data/NOTICE",
         "memory_core/py.typed",
         "workers/app.py",
         "beat_schedule.py",

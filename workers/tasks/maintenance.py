@@ -1,4 +1,4 @@
-"""Maintenance tasks sent by beat; each is single-flight per tick (see memory_core.maintenance)."""
+"""Maintenance tasks sent by beat; each is single-flight per tick (see memory_core.engine.maintenance)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from memory_core import routing
+from memory_core.core import routing
 from workers.base import MemoryTask
 
 

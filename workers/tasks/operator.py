@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from memory_core import routing
+from memory_core.core import routing
 from workers.base import MemoryTask
 
 

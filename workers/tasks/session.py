@@ -6,8 +6,8 @@ from typing import Any
 
 from celery import shared_task
 
-from memory_core import routing
-from memory_core.errors import SummarizerError
+from memory_core.core import routing
+from memory_core.core.errors import SummarizerError
 from workers.base import MemoryTask
 
 

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from memory_core.embedders.hashing import HashingEmbedder
-from memory_core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
-from memory_core.stores import ItemRecord, VectorStore
-from memory_core.stores.base import TOMBSTONE_TTL, text_hash
-from memory_core.stores.edge import EdgeVectorStore
-from memory_core.stores.memory import InMemoryVectorStore
-from memory_core.stores.qdrant import QdrantVectorStore
+from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
+from memory_core.engine.embedders.hashing import HashingEmbedder
+from memory_core.engine.stores import ItemRecord, VectorStore
+from memory_core.engine.stores.base import TOMBSTONE_TTL, text_hash
+from memory_core.engine.stores.edge import EdgeVectorStore
+from memory_core.engine.stores.memory import InMemoryVectorStore
+from memory_core.engine.stores.qdrant import QdrantVectorStore
 
 EMBEDDER = HashingEmbedder(dimension=64)
 SERVER_URL = os.environ.get("MEMORY_TEST_QDRANT_URL")
@@ -275,8 +275,8 @@ def test_the_embedded_engine_keeps_data_across_reopen(tmp_path: Path):
 def test_the_embedded_engine_opens_a_float32_store_of_an_earlier_version(tmp_path: Path):
     import qdrant_edge as qe
 
-    from memory_core.stores.base import SPARSE_NAMES
-    from memory_core.stores.edge import DENSE
+    from memory_core.engine.stores.base import SPARSE_NAMES
+    from memory_core.engine.stores.edge import DENSE
 
     # How collections were created before float16 became the default; the engine refuses to open
     # a shard under a different vector datatype, so the store must open it as it is.
@@ -297,7 +297,7 @@ def test_the_embedded_engine_opens_a_float32_store_of_an_earlier_version(tmp_pat
 
 
 def test_the_embedded_engine_refuses_a_second_owner_naming_the_first(tmp_path: Path):
-    from memory_core.errors import ConfigurationError
+    from memory_core.core.errors import ConfigurationError
 
     owner = EdgeVectorStore(tmp_path, collection="c", dimension=EMBEDDER.dimension)
     try:
@@ -436,7 +436,7 @@ def test_lexical_and_hybrid_search_keep_scope_filters_and_expiry(store: VectorSt
 
 
 def _legacy_points(scope: Scope) -> list[tuple[str, list[float], dict[str, object]]]:
-    from memory_core.stores.base import point_id, to_payload
+    from memory_core.engine.stores.base import point_id, to_payload
 
     lines = ["Ana: which colour do you prefer for the kitchen walls?", "Bo: sage green, definitely"]
     records = [_record(f"t{i}", line, BIG_SEQ + i) for i, line in enumerate(lines)]
@@ -455,7 +455,7 @@ def _check_migrated(store: VectorStore) -> None:
 def test_the_embedded_engine_migrates_a_dense_only_store_and_keeps_it(tmp_path: Path):
     import qdrant_edge as qe
 
-    from memory_core.stores.base import set_point_id, set_to_payload
+    from memory_core.engine.stores.base import set_point_id, set_to_payload
 
     scope = Scope("ns", "key", "chat")
     old = tmp_path / "old"
@@ -494,7 +494,7 @@ def test_the_server_adapter_migrates_a_dense_only_collection():
     from qdrant_client import QdrantClient
     from qdrant_client import models as qm
 
-    from memory_core.stores.base import set_point_id, set_to_payload
+    from memory_core.engine.stores.base import set_point_id, set_to_payload
 
     client = QdrantClient(location=":memory:")
     client.create_collection(

@@ -4,9 +4,9 @@ import pytest
 from celery import Celery, signals
 
 import workers.app
-from memory_core import routing
-from memory_core.errors import ConfigurationError
-from memory_core.settings import Settings
+from memory_core.core import routing
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.settings import Settings
 from workers.app import create_app
 from workers.broker import Transport
 

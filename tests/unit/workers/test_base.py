@@ -1,4 +1,4 @@
-from memory_core.errors import MemorySetNotFound
+from memory_core.core.errors import MemorySetNotFound
 from workers.base import error_info, outline, request_namespace
 
 

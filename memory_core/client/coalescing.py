@@ -1,0 +1,152 @@
+"""Group commit of concurrent adds: one broker message for the writes that queue up behind another.
+
+A Celery message costs a few milliseconds of worker CPU whatever it carries, so one ``add``
+per chat turn from many threads spends more time on messages than on embedding. Here the
+first caller publishes its request at once; callers that arrive while a publish is in
+flight queue up, and the next publish carries all of them, merged per memory set into one
+``memory.add`` (in arrival order, which is what the worker would do with them one by one).
+Callers a publish releases come straight back with their next add, so after a shared
+message the next publish lingers (``linger``, 1 ms by default) until as many have queued
+again: with 4 threads that halved the messages of one-item adds (953 -> 506 for 2,000) and
+lifted the bench's (b) ratio from ~0.70 to ~0.76. A lone caller never waits, and every call
+still returns only once the broker holds its items: coalescing changes how many messages
+carry the writes, never what ``add(wait=False)`` promises.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from memory_core.core import tracing
+from memory_core.core.messages import AddRequest
+from memory_core.core.models import Scope
+
+
+@dataclass(frozen=True)
+class Sent:
+    """Where a request's items went: the task that carries them, their offset among its items,
+    and whether other requests share that task."""
+
+    task_id: str
+    offset: int
+    shared: bool
+
+
+@dataclass
+class _Waiter:
+    request: AddRequest
+    wake: threading.Event = field(default_factory=threading.Event)
+    trace: Any = field(default_factory=tracing.current)  # published in the first caller's trace
+    published: bool = False
+    sent: Sent | None = None
+    error: BaseException | None = None
+
+    def outcome(self) -> Sent:
+        if self.error is not None:
+            raise self.error
+        assert self.sent is not None
+        return self.sent
+
+
+class AddCoalescer:
+    """Publishes add requests, merging the ones that queue up concurrently. Thread-safe.
+
+    ``publish`` sends one request and returns its task id. A merged request holds at most
+    ``max_items`` items (a bigger request goes alone), and never the same id twice.
+    """
+
+    def __init__(self, publish: Callable[[AddRequest], str], *, max_items: int, linger: float = 0.0) -> None:
+        self._publish = publish
+        self.max_items = max_items
+        self.linger = linger
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._queue: list[_Waiter] = []
+        self._leading = False  # a caller is publishing; the others queue up behind it
+        self._last_round = 1  # requests the previous publish carried: how many callers are active
+        self.messages = 0
+        self.requests = 0
+
+    def send(self, request: AddRequest) -> Sent:
+        """Publishes ``request`` (maybe merged with others); raises what publishing raised."""
+        waiter = _Waiter(request)
+        with self._lock:
+            self._queue.append(waiter)
+            lead = not self._leading
+            self._leading = True
+            self._arrived.notify()
+        if not lead:
+            waiter.wake.wait()
+        if not waiter.published:  # the first caller, or handed the lead by the previous one
+            self._lead()
+        return waiter.outcome()
+
+    def _lead(self) -> None:
+        with self._lock:
+            # The callers the previous publish released are about to send again: wait (at most
+            # ``linger``) for as many as it carried, so they share one message instead of two or
+            # three. A lone caller never waits: its previous round carried only itself.
+            if self.linger > 0 and self._last_round > 1:
+                deadline = time.monotonic() + self.linger
+                while len(self._queue) < self._last_round and (left := deadline - time.monotonic()) > 0:
+                    self._arrived.wait(left)
+            batch, self._queue = self._queue, []
+            self._last_round = len(batch)
+        try:
+            for group in _merge(batch, self.max_items):
+                self._send_group(group)
+        finally:
+            with self._lock:
+                if self._queue:
+                    self._queue[0].wake.set()  # it was not published: it leads the next round
+                else:
+                    self._leading = False
+
+    def _send_group(self, group: list[_Waiter]) -> None:
+        first = group[0].request
+        merged = (
+            first
+            if len(group) == 1
+            else first.model_copy(update={"items": [item for w in group for item in w.request.items]})
+        )
+        try:
+            with tracing.attached(group[0].trace):
+                task_id = self._publish(merged)
+        except Exception as exc:  # noqa: BLE001  # every caller of the group gets the publish error as its own
+            for waiter in group:
+                waiter.error = exc
+        else:
+            offset = 0
+            for waiter in group:
+                waiter.sent = Sent(task_id, offset, len(group) > 1)
+                offset += len(waiter.request.items)
+            self.messages += 1
+            self.requests += len(group)
+        finally:
+            for waiter in group:
+                waiter.published = True
+                waiter.wake.set()
+
+
+def _merge(batch: list[_Waiter], max_items: int) -> list[list[_Waiter]]:
+    """Groups of requests to one set, each within ``max_items`` and free of repeated ids, in arrival order."""
+    open_groups: dict[Scope, tuple[list[_Waiter], set[str]]] = {}
+    groups: list[list[_Waiter]] = []
+    for waiter in batch:
+        ids = {item.id for item in waiter.request.items}
+        current = open_groups.get(waiter.request.scope)
+        if current is not None:
+            members, seen = current
+            fits = sum(len(w.request.items) for w in members) + len(waiter.request.items) <= max_items
+            if fits and seen.isdisjoint(ids):
+                members.append(waiter)
+                seen.update(ids)
+                continue
+        members = [waiter]
+        groups.append(members)
+        open_groups[waiter.request.scope] = (members, set(ids))
+    return groups

@@ -1,0 +1,395 @@
+"""Long-term memory sets of one (namespace, key): the handle apps use to add, get, search and delete."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memory_core.client.checks import ITEM_ID, SET_NAME, check_query, checked, lifecycle_fields
+from memory_core.client.reads import search_digest
+from memory_core.core import routing
+from memory_core.core.dispatch import Dispatcher
+from memory_core.core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
+from memory_core.core.messages import (
+    AddReply,
+    AddRequest,
+    CompactionReport,
+    CompactRequest,
+    CountReply,
+    CreateSetRequest,
+    DeleteRequest,
+    DeleteSetRequest,
+    IdsRequest,
+    ItemsReply,
+    NewItem,
+    SearchRequest,
+    SetReply,
+    SetRequest,
+)
+from memory_core.core.models import (
+    ChatMessage,
+    CompactionConfig,
+    DedupMode,
+    EvictionPolicy,
+    MemorySet,
+    MemorySetItem,
+    SearchMode,
+    utcnow,
+)
+from memory_core.core.settings import redact_url
+from memory_core.core.validation import (
+    check_filters,
+    check_metadata,
+    check_value,
+    parse,
+    short_repr,
+)
+
+if TYPE_CHECKING:
+    from memory_core.client.client import MemoryClient
+
+
+@dataclass(frozen=True)
+class WriteReceipt:
+    """What ``submit`` returns at once: the ids, and a way to wait until the write is durable."""
+
+    ids: list[str]
+    task_id: str
+    namespace: str
+    _dispatcher: Dispatcher
+    # Where these items sit in the task's items: concurrent adds to one set may share a task.
+    _offset: int = 0
+    _shared: bool = False
+
+    def wait(self, timeout: float | None = None) -> list[str]:
+        """Blocks until the worker has stored the items; raises the worker's typed error if it failed.
+
+        Returns the id each item is stored under. Receipts that share a task share its reply.
+        """
+        if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
+            return self.ids
+        stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared, task=routing.ADD)
+        return AddReply.model_validate(stored).ids[self._offset : self._offset + len(self.ids)]
+
+
+SetRef = MemorySet | str
+
+
+class LongTermMemory:
+    """Memory sets of one ``(namespace, key)``; the Flink Agents long-term memory API.
+
+    Decisions where the API could be read several ways:
+
+    * ``get_or_create_memory_set`` with a different definition for an existing name raises
+      ``SetDefinitionConflict``: the first definition wins.
+    * ``add`` with an id that exists replaces that item (value, metadata, time, position).
+    * ``add([])`` returns ``[]`` and sends nothing.
+    """
+
+    def __init__(self, client: MemoryClient, namespace: str, key: str) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"LongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
+
+    # -- set administration -------------------------------------------------
+
+    def get_or_create_memory_set(
+        self,
+        name: str,
+        item_type: type[str | ChatMessage] = str,
+        capacity: int = 100,
+        compaction_config: CompactionConfig | None = None,
+        *,
+        ttl_seconds: int | None = None,
+        eviction: EvictionPolicy | None = None,
+        dedup: DedupMode | None = None,
+        dedup_threshold: float = 0.95,
+        context_window: int = 2,
+    ) -> MemorySet:
+        """Returns the set ``name``, creating it with this definition if it does not exist.
+
+        ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
+        importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
+        or ``none`` (default for chat sets). ``context_window``: how many earlier items are indexed with each
+        item for lexical search (2; 0 for sets of unrelated facts).
+        """
+        fields = {
+            "name": checked(SET_NAME, name, "memory set name"),
+            "item_type": item_type,
+            "capacity": capacity,
+            "compaction_config": compaction_config or CompactionConfig(),
+            "ttl_seconds": ttl_seconds,
+            "eviction": eviction,
+            "dedup": dedup,
+            "dedup_threshold": dedup_threshold,
+            "context_window": context_window,
+        }
+        definition = parse(MemorySet, fields, f"memory set definition {name!r}")
+        request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
+        reply = SetReply.model_validate(self._call(routing.CREATE_SET, request, definition.name))
+        assert reply.definition is not None
+        self._client.definitions.put(self.namespace, self.key, reply.definition)
+        return reply.definition.bind(self)
+
+    def get_memory_set(self, name: str) -> MemorySet:
+        """The set ``name``; raises ``MemorySetNotFound`` when it does not exist."""
+        set_name = checked(SET_NAME, name, "memory set name")
+        request = SetRequest(namespace=self.namespace, key=self.key, set_name=set_name)
+        reply = SetReply.model_validate(self._call(routing.GET_SET, request, set_name))
+        if reply.definition is None:
+            self._client.definitions.forget(self.namespace, self.key, set_name)
+            raise self._not_found(set_name)
+        self._client.definitions.put(self.namespace, self.key, reply.definition)
+        return reply.definition.bind(self)
+
+    def delete_memory_set(self, name: str) -> bool:
+        """Deletes the set and all its items; False when it did not exist."""
+        set_name = checked(SET_NAME, name, "memory set name")
+        self._client.definitions.forget(self.namespace, self.key, set_name)
+        seq = self._client.reserve_seq(1)  # from the clock that orders the set's writes
+        request = DeleteSetRequest(namespace=self.namespace, key=self.key, set_name=set_name, seq=seq)
+        reply = CountReply.model_validate(self._call(routing.DELETE_SET, request, set_name))
+        self._client.definitions.forget(self.namespace, self.key, set_name)
+        return reply.count > 0
+
+    # -- items ----------------------------------------------------------------
+
+    def size(self, memory_set: SetRef) -> int:
+        """The number of items in the set."""
+        request = self._set_request(memory_set)
+        return CountReply.model_validate(self._call(routing.SIZE, request, request.set_name)).count
+
+    def add(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        *,
+        wait: bool = True,
+        **lifecycle: Any,
+    ) -> list[str]:
+        """Adds items; returns their ids, in the order given.
+
+        With ``wait=True`` (the default) it returns once the worker has stored them durably, with the
+        id each item is stored under (its own, or the existing item a deduplicating set folded it into).
+        With ``wait=False`` it returns the ids sent as soon as the broker has accepted the task.
+        Lifecycle keywords, each one value for all items or a list with one per item: ``importance``
+        (0..1, default 0.5), ``source`` (free text), ``pinned`` (never evicted or expired by policy),
+        ``ttl`` (whole seconds, up to 100 years) or ``expires_at`` (an aware datetime within 100 years of
+        now); without either, the set's default TTL. Metadata ints must fit in signed 64 bits.
+        Everything is validated before anything is enqueued.
+        """
+        # wait=True: told now, with nothing enqueued, that no worker would answer (after validation: bad
+        # input is reported as such, worker or not).
+        receipt = self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=wait)
+        if wait:
+            return receipt.wait()
+        return receipt.ids
+
+    def submit(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        **lifecycle: Any,
+    ) -> WriteReceipt:
+        """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
+        return self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=False)
+
+    def _submit(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None,
+        metadatas: Sequence[dict[str, Any]] | None,
+        lifecycle: dict[str, Any],
+        *,
+        need_worker: bool,
+    ) -> WriteReceipt:
+        definition = self._definition(memory_set)
+        if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+            raise InvalidRequestError(f"items must be a list of values, got {type(items).__name__}")
+        count = len(items)
+        limits = self._client.settings.limits
+        if count > limits.max_items_per_call:
+            raise InvalidRequestError(f"add got {count} items; at most {limits.max_items_per_call} per call")
+        id_given = ids is not None
+        ids = self._item_ids(ids, count)
+        metadatas = self._metadatas(metadatas, count)
+        for i, value in enumerate(items):
+            check_value(value, definition.item_type, f"item {i}", limits)
+        if count == 0:
+            return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=self._client.dispatcher)
+        now = utcnow()
+        per_item = lifecycle_fields(lifecycle, count, now)
+        first_seq = self._client.reserve_seq(count)
+        new_items = [
+            parse(
+                NewItem,
+                {
+                    "id": ids[i],
+                    "value": items[i],
+                    "metadata": metadatas[i],
+                    "created_time": now,
+                    "seq": first_seq + i,
+                    "id_given": id_given,
+                    **per_item[i],
+                },
+                f"item {i}",
+            )
+            for i in range(count)
+        ]
+        request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
+        if need_worker:
+            self._client.dispatcher.require_worker(routing.ADD)
+        sent = self._client.adds.send(request)
+        return WriteReceipt(ids, sent.task_id, self.namespace, self._client.dispatcher, sent.offset, sent.shared)
+
+    def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
+        """Compacts the set now, even below capacity, and waits for the report."""
+        base = self._set_request(memory_set)
+        request = CompactRequest(namespace=base.namespace, key=base.key, set_name=base.set_name, force=True)
+        limit = max(self._client.settings.client.timeout, 600.0) if timeout is None else timeout
+        reply = self._client.dispatcher.call(routing.COMPACT, request, self._summary(base.set_name), limit)
+        return CompactionReport.model_validate(reply)
+
+    def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
+        """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""
+        request = self._ids_request(memory_set, ids)
+        reads = self._client.reads
+        if reads is None or request.ids is None:
+            reply = self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
+            return ItemsReply.model_validate(reply).items
+        scope = request.scope
+        found, version, online = reads.items(scope, request.ids)
+        missing = [i for i in dict.fromkeys(request.ids) if i not in found]
+        if missing:
+            if not online:
+                raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
+            fetch = request.model_copy(update={"ids": missing})
+            fetched = ItemsReply.model_validate(
+                self._call(routing.GET, fetch, request.set_name, ids=len(missing))
+            ).items
+            reads.store_items(scope, version, fetched)
+            found.update((item.id, item) for item in fetched)
+        return sorted(found.values(), key=lambda item: item.seq or 0)
+
+    def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
+        """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
+        ids_request = self._ids_request(memory_set, ids)
+        # Ordered against the items' writes by the same clock: an add issued after this delete survives it,
+        # and one issued before it never brings the items back (a redelivered task included).
+        request = DeleteRequest(**dict(ids_request), seq=self._client.reserve_seq(1))
+        reply = self._call(routing.DELETE, request, request.set_name, ids=len(request.ids or ()))
+        return CountReply.model_validate(reply).count
+
+    def search(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        filters: dict[str, Any] | None = None,
+        *,
+        mode: SearchMode = "hybrid",
+    ) -> list[MemorySetItem]:
+        """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
+
+        ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
+        ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
+        ``{"source": "chat"}``, or a list for any-of; values are str or 64-bit int.
+        """
+        limits = self._client.settings.limits
+        check_query(query, limit, limits)
+        filters = {} if filters is None else filters
+        check_filters(filters)  # before dict(): a str or a list of pairs is not a mapping of filters
+        filters = dict(filters)
+        if mode not in ("hybrid", "dense", "lexical"):
+            raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
+        set_name = self._set_name(memory_set)
+        request = SearchRequest(
+            namespace=self.namespace,
+            key=self.key,
+            set_name=set_name,
+            query=query,
+            limit=limit,
+            filters=filters,
+            mode=mode,
+        )
+        reads = self._client.reads
+        if reads is None:
+            return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        scope, digest = request.scope, search_digest(query, limit, filters, mode)
+        cached, version, online = reads.search(scope, digest)
+        if cached is not None:
+            return cached
+        if not online:
+            raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
+        items = ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        reads.store_search(scope, version, digest, items)
+        return items
+
+    # -- helpers --------------------------------------------------------------
+
+    def _call(self, task: str, request: Any, set_name: str, **counts: int) -> dict[str, Any]:
+        return self._client.dispatcher.call(task, request, self._summary(set_name, **counts))
+
+    def _summary(self, set_name: str, **counts: int) -> str:
+        # What Flower and logs show for a task: scope and counts, never memory text.
+        fields = {"namespace": self.namespace, "key": self.key, "set": set_name, **counts}
+        return json.dumps(fields)
+
+    def _not_found(self, set_name: str) -> MemorySetNotFound:
+        return MemorySetNotFound(f"memory set {set_name!r} not found in namespace {self.namespace!r}, key {self.key!r}")
+
+    def _set_name(self, memory_set: SetRef) -> str:
+        name = memory_set.name if isinstance(memory_set, MemorySet) else memory_set
+        return checked(SET_NAME, name, "memory set name")
+
+    def _set_request(self, memory_set: SetRef) -> SetRequest:
+        return SetRequest(namespace=self.namespace, key=self.key, set_name=self._set_name(memory_set))
+
+    def _definition(self, memory_set: SetRef) -> MemorySet:
+        if isinstance(memory_set, MemorySet):
+            return memory_set
+        set_name = self._set_name(memory_set)
+        cached = self._client.definitions.get(self.namespace, self.key, set_name)
+        return cached if cached is not None else self.get_memory_set(set_name)
+
+    def _ids_request(self, memory_set: SetRef, ids: Sequence[str] | None) -> IdsRequest:
+        valid = None
+        if ids is not None:
+            if isinstance(ids, str) or not isinstance(ids, Sequence):
+                raise InvalidRequestError(f"ids must be a list of str or None, got {type(ids).__name__}")
+            valid = [checked(ITEM_ID, i, "item id") for i in ids]
+        return IdsRequest(namespace=self.namespace, key=self.key, set_name=self._set_name(memory_set), ids=valid)
+
+    @staticmethod
+    def _item_ids(ids: Sequence[str] | None, count: int) -> list[str]:
+        if ids is None:
+            return [str(uuid.uuid4()) for _ in range(count)]
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise InvalidRequestError(f"ids must be a list of str, got {type(ids).__name__}")
+        if len(ids) != count:
+            raise InvalidRequestError(f"got {len(ids)} ids for {count} items; give one id per item or none")
+        return [checked(ITEM_ID, i, "item id") for i in ids]
+
+    def _metadatas(self, metadatas: Sequence[dict[str, Any]] | None, count: int) -> list[dict[str, Any]]:
+        if metadatas is None:
+            return [{} for _ in range(count)]
+        if not isinstance(metadatas, Sequence) or isinstance(metadatas, str):
+            raise InvalidRequestError(f"metadatas must be a list of dicts, got {type(metadatas).__name__}")
+        if len(metadatas) != count:
+            raise InvalidRequestError(f"got {len(metadatas)} metadatas for {count} items; give one per item or none")
+        copies = []
+        for i, metadata in enumerate(metadatas):
+            check_metadata(metadata, f"metadatas[{i}]", self._client.settings.limits)
+            copies.append(json.loads(json.dumps(metadata)))  # each item its own copy; shared dicts stay apart
+        return copies

@@ -1,0 +1,120 @@
+"""The client's read cache: items by id and search results, keyed by the set's version.
+
+Every mutation of a set bumps its version in Redis (the worker does it after the
+store write, before it replies), and every key here includes the version, so an
+entry written before a change can no longer be found after it: a stale result is
+never served. Expired items are checked on every hit, so they vanish from cached
+results the moment they expire.
+
+While Redis is down, the last version seen by this process is used and only L1
+answers; anything else raises ``BrokerUnavailable`` at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from memory_core.core.cache.tiered import TieredCache
+from memory_core.core.coordination import Coordinator
+from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.keys import Keys
+from memory_core.core.models import MemorySetItem, Scope, utcnow
+
+
+def search_digest(query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid") -> str:
+    """A stable hash of everything that shapes a search result."""
+    fields = {"query": query, "limit": limit, "filters": filters, "mode": mode}
+    text = json.dumps(fields, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _dump(items: Sequence[MemorySetItem]) -> bytes:
+    return json.dumps([i.model_dump(mode="json") for i in items]).encode("utf-8")
+
+
+def _load(raw: bytes) -> list[MemorySetItem]:
+    return [MemorySetItem.model_validate(i) for i in json.loads(raw)]
+
+
+class ReadCache:
+    """Versioned item and search caches over a ``TieredCache``."""
+
+    def __init__(self, tiered: TieredCache, coordinator: Coordinator, keys: Keys, redis_url: str) -> None:
+        self.tiered = tiered
+        self._coordinator = coordinator
+        self._keys = keys
+        self._url = redis_url
+        self._versions: dict[Scope, int] = {}
+        self._lock = threading.Lock()
+
+    def version(self, scope: Scope) -> tuple[int, bool]:
+        """The set's current version and whether Redis answered (else the last version this process saw)."""
+        try:
+            current = self._coordinator.version(scope)
+        except redis.RedisError as exc:
+            with self._lock:
+                known = self._versions.get(scope)
+            if known is None:
+                raise BrokerUnavailable(f"Redis at {self._url} is unreachable: {exc}") from exc
+            return known, False
+        with self._lock:
+            self._versions[scope] = current
+        return current, True
+
+    def _get(self, key: str, online: bool) -> bytes | None:
+        return self.tiered.get(key) if online else self.tiered.get_local(key)
+
+    def search(self, scope: Scope, digest: str) -> tuple[list[MemorySetItem] | None, int, bool]:
+        """A cached result (None on a miss, or if an item in it has expired), the version, and Redis' state."""
+        version, online = self.version(scope)
+        raw = self._get(self._keys.cached_search(*scope, version, digest), online)
+        if raw is None:
+            return None, version, online
+        items = _load(raw)
+        now = utcnow()
+        if any(i.is_expired(now) for i in items):
+            return None, version, online
+        self._touch(scope, items, online)
+        return items, version, online
+
+    def store_search(self, scope: Scope, version: int, digest: str, items: Sequence[MemorySetItem]) -> None:
+        """Caches a result computed at ``version``."""
+        self._quietly(lambda: self.tiered.set(self._keys.cached_search(*scope, version, digest), _dump(items)))
+
+    def items(self, scope: Scope, ids: Sequence[str]) -> tuple[dict[str, MemorySetItem], int, bool]:
+        """The cached, unexpired items among ``ids``, the version, and Redis' state."""
+        version, online = self.version(scope)
+        now = utcnow()
+        keys = {self._keys.cached_item(*scope, version, item_id): item_id for item_id in dict.fromkeys(ids)}
+        found: dict[str, MemorySetItem] = {}
+        for cache_key, raw in self.tiered.get_many(list(keys), local_only=not online).items():
+            (item,) = _load(raw)
+            if not item.is_expired(now):
+                found[keys[cache_key]] = item
+        self._touch(scope, list(found.values()), online)
+        return found, version, online
+
+    def store_items(self, scope: Scope, version: int, items: Sequence[MemorySetItem]) -> None:
+        """Caches items read at ``version``."""
+
+        entries = {self._keys.cached_item(*scope, version, item.id): _dump([item]) for item in items}
+        self._quietly(lambda: self.tiered.set_many(entries))
+
+    def _touch(self, scope: Scope, items: Sequence[MemorySetItem], online: bool) -> None:
+        # A cache hit is a read too: LRU must see it.
+        if online and items:
+            self._quietly(lambda: self._coordinator.record_access(scope, [i.id for i in items]))
+
+    @staticmethod
+    def _quietly(action: Callable[[], None]) -> None:
+        # Filling a cache or logging an access is an optimization; the read itself already succeeded.
+        try:
+            action()
+        except (redis.RedisError, BrokerUnavailable):
+            pass

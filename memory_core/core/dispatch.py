@@ -1,0 +1,278 @@
+"""Sending tasks and waiting for their replies, without importing Celery.
+
+The client publishes Celery protocol-2 messages with kombu (JSON only), so an
+app process needs neither Celery nor the worker code. A worker pushes each
+task's outcome to a namespaced Redis list (``Keys.reply``); a waiting client
+pops it. Flower and ``celery inspect`` see ordinary Celery tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from kombu import Connection, Queue
+from kombu.exceptions import KombuError, OperationalError
+from kombu.pools import ProducerPool
+
+from memory_core.core import tracing
+from memory_core.core.auth import AUTH_HEADER
+from memory_core.core.errors import BrokerUnavailable, MemoryCoreError, NoWorkerAvailable, ReplyTimeout, error_types
+from memory_core.core.keys import Keys
+from memory_core.core.liveness import MISSED_BEATS, consumers
+from memory_core.core.messages import NamespaceRequest, Reply
+from memory_core.core.routing import ROUTES
+from memory_core.core.settings import Settings, redact_url
+
+logger = logging.getLogger(__name__)
+
+_POOL_SIZE = 16
+_ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
+
+
+def open_redis(settings: Settings, *, url: str | None = None) -> redis.Redis:
+    """A Redis client for caches and replies (or ``url``), with timeouts so an outage fails fast instead of hanging."""
+    return redis.Redis.from_url(
+        url or settings.redis.url,
+        socket_timeout=settings.redis.socket_timeout,
+        socket_connect_timeout=settings.redis.socket_timeout,
+        decode_responses=False,
+        health_check_interval=30,
+    )
+
+
+def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str) -> tuple[Any, dict[str, Any]]:
+    """The body and headers of a Celery protocol-2 task message.
+
+    ``summary`` becomes ``kwargsrepr``: what Flower and logs show. It names the scope
+    and counts, never memory text.
+    """
+    headers: dict[str, Any] = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "shadow": None,
+        "eta": None,
+        "expires": None,
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": task_id,
+        "parent_id": None,
+        "argsrepr": "()",
+        "kwargsrepr": summary,
+        "origin": _ORIGIN,
+        "ignore_result": False,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
+    }
+    body: tuple[list[Any], dict[str, Any], dict[str, Any]] = (
+        [],
+        kwargs,
+        {"callbacks": None, "errbacks": None, "chain": None, "chord": None},
+    )
+    return body, headers
+
+
+class Dispatcher:
+    """Publishes task messages to their queues and waits for replies. Thread-safe."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        redis_client: redis.Redis,
+        keys: Keys,
+        token_for: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self._settings = settings
+        client_token = settings.client.token.get_secret_value() if settings.client.token else None
+        # Which token to send for a namespace: the client's own, or (in workers) the one that grants it.
+        self._token_for = token_for or (lambda namespace: client_token)
+        self._redis = redis_client
+        self._keys = keys
+        self._broker = redact_url(settings.broker_url)
+        self._connection = Connection(
+            settings.broker_url,
+            connect_timeout=settings.redis.socket_timeout,
+            transport_options={
+                "visibility_timeout": settings.celery.visibility_timeout,
+                "socket_timeout": settings.redis.socket_timeout,
+                "socket_connect_timeout": settings.redis.socket_timeout,
+                # kombu reconnects on its own before publishing; bound that so an outage fails fast.
+                "max_retries": settings.client.publish_retries,
+                "interval_start": 0,
+                "interval_step": 0.2,
+                "interval_max": 0.5,
+                # The workers' prefix (workers/app.py): this deployment's queues, not another's on the same DB.
+                **({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
+            },
+        )
+        self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
+        # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
+        self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
+        # When each queue was last seen consumed: a hot loop of calls reads the heartbeats once a beat.
+        self._consumed_at: dict[str, float] = {}
+        self._beat = settings.celery.heartbeat_interval
+        self.closed = False
+
+    def require_worker(self, task: str) -> None:
+        """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
+        self._check_open()
+        queue = ROUTES[task]
+        # A worker beats every interval: one that is up but whose last beat was lost (Redis restarted
+        # without persistence) is found again within one, so look that long before saying none is up.
+        deadline = time.monotonic() + self._beat
+        try:
+            while not (consumed := self._consumed(queue)) and time.monotonic() < deadline:
+                time.sleep(min(0.1, self._beat))
+        except redis.RedisError as exc:
+            url = redact_url(self._settings.redis.url)
+            raise BrokerUnavailable(f"cannot read worker heartbeats from Redis at {url}: {exc}") from exc
+        if not consumed:
+            raise NoWorkerAvailable(
+                f"no worker consumes queue {queue!r} (none has sent a heartbeat in the last "
+                f"{self._beat * MISSED_BEATS:g}s); nothing was enqueued. Start one: memory-core up, "
+                f"or celery -A workers.app worker -Q {queue}"
+            )
+
+    def _consumed(self, queue: str) -> bool:
+        now = time.monotonic()
+        if now - self._consumed_at.get(queue, -1e9) < self._beat:
+            return True
+        alive = bool(consumers(self._redis, self._keys, queue))
+        if alive:
+            self._consumed_at[queue] = now
+        return alive
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this memory-core client is closed; create a new one")
+
+    def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
+        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
+        return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary, request.namespace)
+
+    def send_raw(self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None = None) -> str:
+        """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
+        self._check_open()
+        task_id = str(uuid.uuid4())
+        queue = self._queues[ROUTES[task]]
+        body, headers = celery_message(task, task_id, kwargs, summary)
+        token = self._token_for(namespace) if namespace else None
+        if token:
+            headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
+        with tracing.producer_span(f"publish {task}"):
+            tracing.inject(headers)  # the trace goes on in the worker (nothing is added when no span records)
+            self._publish(task, queue, body, headers)
+        return task_id
+
+    def _publish(self, task: str, queue: Queue, body: Any, headers: dict[str, Any]) -> None:
+        retries = self._settings.client.publish_retries
+        try:
+            with self._producers.acquire(block=True, timeout=self._settings.client.timeout) as producer:
+                producer.publish(
+                    body,
+                    exchange="",
+                    routing_key=queue.name,
+                    declare=[queue],
+                    serializer="json",
+                    headers=headers,
+                    correlation_id=headers["id"],
+                    delivery_mode=2,
+                    retry=retries > 0,
+                    retry_policy={
+                        "max_retries": retries,
+                        "interval_start": 0.1,
+                        "interval_step": 0.3,
+                        "interval_max": 1,
+                    },
+                )
+        except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
+            raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
+
+    def wait(
+        self,
+        namespace: str,
+        task_id: str,
+        timeout: float | None = None,
+        *,
+        shared: bool = False,
+        task: str | None = None,
+    ) -> dict[str, Any]:
+        """Blocks until the worker replies; returns the result or raises the worker's typed error.
+
+        ``shared``: other callers wait for the same task (coalesced adds), so the reply is put back
+        for them after it is read; the copy left over expires with the reply's TTL.
+        ``task``: its name; while no live worker consumes its queue for ``client.worker_grace`` seconds,
+        the wait ends with ``NoWorkerAvailable`` (the task stays queued and runs when a worker starts).
+        """
+        self._check_open()
+        limit = self._settings.client.timeout if timeout is None else timeout
+        queue = ROUTES.get(task or "")
+        unconsumed_since: float | None = None
+        key = self._keys.reply(namespace, task_id)
+        deadline = time.monotonic() + limit
+        # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
+        slice_seconds = max(0.1, self._settings.redis.socket_timeout * 0.8)
+        popped = None
+        lost_since: float | None = None  # when Redis stopped answering, while it is not answering
+        while popped is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplyTimeout(
+                    f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
+                )
+            try:
+                popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds, self._beat))
+                lost_since = None
+                if popped is None and queue is not None:
+                    now = time.monotonic()
+                    if self._consumed(queue):
+                        unconsumed_since = None
+                    elif unconsumed_since is None:
+                        unconsumed_since = now
+                    elif now - unconsumed_since >= self._settings.client.worker_grace:
+                        raise NoWorkerAvailable(
+                            f"no worker has consumed queue {queue!r} for "
+                            f"{self._settings.client.worker_grace:g}s while waiting for task {task_id}; "
+                            "it stays queued and runs when a worker starts"
+                        )
+                if popped is not None and shared:
+                    with self._redis.pipeline() as pipe:
+                        pipe.lpush(key, popped[1])
+                        pipe.expire(key, self._settings.celery.reply_ttl)
+                        pipe.execute()
+            except redis.RedisError as exc:
+                # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
+                now = time.monotonic()
+                lost_since = now if lost_since is None else lost_since
+                if now - lost_since >= self._settings.client.reconnect_window:
+                    url = redact_url(self._settings.redis.url)
+                    raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
+                time.sleep(min(0.5, max(0.0, remaining)))
+        reply = Reply.model_validate(json.loads(popped[1]))
+        if reply.ok:
+            return reply.result or {}
+        assert reply.error is not None
+        raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
+
+    def call(self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None) -> dict[str, Any]:
+        """``send`` then ``wait``; raises ``NoWorkerAvailable`` at once, sending nothing, if no worker would take it."""
+        self.require_worker(task)
+        return self.wait(request.namespace, self.send(task, request, summary), timeout, task=task)
+
+    def close(self) -> None:
+        """Releases broker connections; later calls raise at once."""
+        self.closed = True
+        self._producers.force_close_all()  # type: ignore[attr-defined]  # kombu-stubs omit Resource methods
+        self._producers.connections.force_close_all()
+        self._connection.release()

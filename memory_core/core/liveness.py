@@ -1,0 +1,131 @@
+"""Which workers are alive, and which queues they consume: heartbeats in Redis.
+
+Each worker writes one key about itself (``Keys.worker``) every ``interval`` seconds, with an expiry
+of a few intervals, and names itself in the set of each queue it consumes. Redis expires the key of
+a worker that stopped beating, so no clock of ours is compared. Readers (the client before it waits,
+``memory-core status``, ``up``) read the sets and keep the members whose key still exists; they drop
+the rest from the sets as they go.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import redis
+
+from memory_core.core.keys import Keys, decoded
+
+logger = logging.getLogger(__name__)
+
+MISSED_BEATS = 4
+"""A worker is alive while its last beat is younger than this many intervals."""
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What a worker says of itself in each beat."""
+
+    hostname: str
+    queues: tuple[str, ...]
+    embedded_store: str = ""  # the absolute path of the embedded store it holds; empty on a Qdrant server
+    pid: int = field(default_factory=os.getpid)
+    host: str = field(default_factory=socket.gethostname)
+    started_at: float = field(default_factory=time.time)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name:  # unique even for two workers of one node name (in one process, or after a restart)
+            object.__setattr__(self, "name", f"{self.hostname}/{uuid.uuid4().hex[:8]}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> WorkerInfo:
+        data = json.loads(raw)
+        return cls(**{**data, "queues": tuple(data.get("queues", ()))})
+
+
+class Heartbeat:
+    """Publishes one worker's liveness from a daemon thread until ``stop``."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, info: WorkerInfo, *, interval: float) -> None:
+        self._client = client
+        self._keys = keys
+        self.info = info
+        self._interval = interval
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def beat(self) -> None:
+        """One beat: this worker's key, refreshed, and its name in each of its queues' sets."""
+        ttl_ms = int(self._interval * MISSED_BEATS * 1000)
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.set(self._keys.worker(self.info.name), self.info.to_json(), px=ttl_ms)
+            pipe.sadd(self._keys.workers(), self.info.name)
+            for queue in self.info.queues:
+                pipe.sadd(self._keys.queue_workers(queue), self.info.name)
+            pipe.execute()
+
+    def start(self) -> None:
+        """Beats once now (so a caller right after start-up finds this worker), then every interval."""
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="memory-core-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._interval):
+            try:
+                self.beat()
+            except redis.RedisError as exc:  # Redis is away: the key expires, callers see no worker
+                logger.warning("heartbeat not written: %s", exc)
+
+    def stop(self) -> None:
+        """Stops beating and withdraws this worker at once (callers need not wait for the expiry)."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._interval + 1)
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.delete(self._keys.worker(self.info.name))
+                pipe.srem(self._keys.workers(), self.info.name)
+                for queue in self.info.queues:
+                    pipe.srem(self._keys.queue_workers(queue), self.info.name)
+                pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("heartbeat not withdrawn (it expires on its own): %s", exc)
+
+
+def _alive(client: redis.Redis, keys: Keys, members_key: str) -> list[WorkerInfo]:
+    names = sorted(decoded(name) for name in client.smembers(members_key))
+    if not names:
+        return []
+    values = client.mget([keys.worker(name) for name in names])
+    alive = [WorkerInfo.from_json(value) for value in values if value is not None]
+    gone = [name for name, value in zip(names, values, strict=True) if value is None]
+    if gone:
+        client.srem(members_key, *gone)
+    return alive
+
+
+def live_workers(client: redis.Redis, keys: Keys) -> list[WorkerInfo]:
+    """Every worker whose heartbeat is current, oldest first."""
+    return sorted(_alive(client, keys, keys.workers()), key=lambda w: w.started_at)
+
+
+def consumers(client: redis.Redis, keys: Keys, queue: str) -> list[WorkerInfo]:
+    """The live workers that consume ``queue``."""
+    return _alive(client, keys, keys.queue_workers(queue))
+
+
+def holding(workers: Iterable[WorkerInfo], store: str) -> list[WorkerInfo]:
+    """The workers that hold the embedded store at ``store`` (an absolute path)."""
+    return [w for w in workers if w.embedded_store and w.embedded_store == store]

@@ -1,0 +1,614 @@
+"""The one ``Settings`` of memory-core: environment variables with the ``MEMORY_`` prefix.
+
+Nested groups use ``__``: ``MEMORY_REDIS__URL``, ``MEMORY_QDRANT__BACKEND``,
+``MEMORY_ANTHROPIC__API_KEY``. Only entry points (``workers/app.py``, ``ops/*``,
+test fixtures) call :func:`get_settings`; library classes take a ``Settings``
+(or one of its groups) in their constructor and never read the environment.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from memory_core.core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+
+def _blank_is_unset(value: object) -> object:
+    # docker-compose passes MEMORY_ANTHROPIC__API_KEY= when no key is given: an empty secret is no secret.
+    raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+    return None if isinstance(raw, str) and not raw.strip() else value
+
+
+Secret = Annotated[SecretStr | None, BeforeValidator(_blank_is_unset)]
+"""An optional secret; empty or blank counts as unset."""
+
+
+def redact_url(url: str) -> str:
+    """Returns ``url`` with any password replaced by ``***``, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+class _Group(BaseModel):
+    """A settings group: each field's docstring is its description (the Configuration page is built from them)."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+
+class RedisSettings(_Group):
+    """Redis: the broker (unless ``celery.broker_url`` is set), the shared L2 cache, and where short-term state,
+    sessions, checkpoints, profiles and task replies live."""
+
+    url: str = "redis://localhost:6379/0"
+    """The Redis URL (``redis://``, ``rediss://`` for TLS, or ``unix://``); a password in it works and is never
+    logged. Also the broker, unless ``MEMORY_CELERY__BROKER_URL`` is set."""
+    socket_timeout: float = Field(default=5.0, gt=0)
+    """Seconds allowed to connect to Redis and for each reply (caches, state, replies, and the client's broker
+    connection), so an unreachable Redis fails a call instead of hanging it."""
+    key_prefix: str = Field(default="mc", pattern=r"^[A-Za-z0-9_-]{1,16}$")
+    """Prefix of every Redis key: caches, state, sessions, checkpoints and replies under ``<prefix>:``, and on a
+    Redis broker the queues and unacked index under ``<prefix>/`` (kombu's ``global_keyprefix``), so
+    deployments with different prefixes can share one Redis database without taking each other's tasks.
+    Changing it orphans queued tasks and everything kept in Redis: drain the queues first."""
+
+    @field_validator("url")
+    @classmethod
+    def _redis_scheme(cls, value: str) -> str:
+        if urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError(f"expected a redis://, rediss:// or unix:// URL, got {redact_url(value)!r}")
+        return value
+
+
+class QdrantSettings(_Group):
+    """Where vectors live: the embedded Qdrant Edge engine, a Qdrant server, or qdrant-client's local mode."""
+
+    backend: Literal["edge", "server", "local"] = "edge"
+    """``edge`` (the embedded Qdrant Edge engine, in ``path``), ``server`` (a Qdrant server at ``url``), or
+    ``local`` (qdrant-client's local mode, for tests). One worker process holds the embedded engine: use the
+    ``threads`` or ``solo`` pool with it, or ``prefork`` with concurrency 1."""
+    path: Path = Path(".memory-core/qdrant")
+    """Data directory of the embedded engine (and of ``local`` mode when ``url`` is unset); a relative path is
+    taken from the worker's working directory."""
+    url: str | None = None
+    """URL of the Qdrant server (``backend=server``, e.g. ``http://qdrant:6333``), required there. In ``local``
+    mode, a location used instead of ``path`` (``:memory:`` or a directory)."""
+    api_key: Secret = None
+    """API key of the Qdrant server (``backend=server``)."""
+    collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
+    """Start of the collection names: one collection per embedding model and layout
+    (``<prefix>_<model>_v2``). Changing it points the workers at new, empty collections; the old ones stay."""
+    timeout: float = Field(default=10.0, gt=0)
+    """Seconds a request to the Qdrant server may take (``backend=server``; qdrant-client takes whole
+    seconds)."""
+    tombstone_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """Seconds a deleted item's tombstone refuses older writes of it (redelivered tasks, replayed dead
+    letters). Must exceed ``VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX`` (``MEMORY_CELERY__*``) and
+    the age of any dead letter you would replay."""
+    fault_flag: Path | None = None
+    """Fault tests only: while this file exists, every store call fails with ``TransientStoreError``. Leave it
+    unset in production."""
+
+
+class EmbedderSettings(_Group):
+    """The embedding model the workers run. ``hashing`` is for unit tests and must be chosen explicitly."""
+
+    model: Literal["all-MiniLM-L6-v2", "hashing"] = "all-MiniLM-L6-v2"
+    """``all-MiniLM-L6-v2`` (ONNX, 384 dimensions), or ``hashing``, which exists for unit tests only (it
+    knows no meaning). Each model has its own collection: changing it starts from an empty store."""
+    threads: int = Field(default=1, ge=1, le=64)
+    """onnxruntime intra-op threads per embedder call (1 is best on a busy worker)."""
+    batch_size: int = Field(default=32, ge=1, le=1024)
+    """Texts per onnxruntime run: a longer list of texts is embedded in batches of this size."""
+    max_tokens: int = Field(default=256, ge=8, le=512)
+    """Tokens of a text that are embedded; the rest of a longer text does not count in its vector."""
+
+
+class AnthropicSettings(_Group):
+    """Claude: compaction, session summaries and entity extraction use it when an API key is set, and the
+    offline extractive summarizer otherwise."""
+
+    api_key: Secret = None
+    """The Anthropic API key; unset (or blank), nothing calls a model and the offline summarizer is used (a
+    warning says so)."""
+    base_url: str | None = None
+    """Another Anthropic API endpoint (a gateway or proxy); unset: the SDK's default."""
+    timeout: float = Field(default=60.0, gt=0)
+    """Seconds one request to the Anthropic API may take."""
+    max_retries: int = Field(default=2, ge=0)
+    """How many times the SDK retries a failed request (connection errors, rate limits, server errors) before
+    the call fails."""
+
+
+class CompactionSettings(_Group):
+    """Compaction: batching to the model's context, locking, and the beat sweep."""
+
+    max_input_tokens: int = Field(default=60_000, ge=500)
+    """Tokens (estimated, prompt included) one summarizer call may take: a larger set is folded in several
+    batches, oldest first."""
+    max_output_tokens: int = Field(default=4_096, ge=64)
+    """The most tokens Claude may write in one summary (compaction and session summaries)."""
+    lock_ttl: int = Field(default=600, ge=5)
+    """Seconds a set's compaction lock lives unless renewed (it is, after each batch), so a crashed worker
+    blocks that set's compaction this long at most. A queued compaction also keeps others of the same set from
+    being enqueued for up to this long."""
+    sweep_interval: float = Field(default=300.0, gt=0)
+    """Seconds between compaction sweeps (run by beat), which enqueue a compaction of every set at or over
+    capacity, e.g. after a failed run."""
+    sweep_max_sets: int = Field(default=10_000, ge=1)
+    """The most sets one compaction sweep, and one eviction run, look at."""
+
+
+class CacheSettings(_Group):
+    """The client's L1 (per process) over L2 (Redis), and the workers' embedding cache."""
+
+    enabled: bool = True
+    """Caches item reads and search results in the client (L1 and L2, invalidated by every change of their set)
+    and embeddings in the workers. Set definitions are cached either way."""
+    l1_max_entries: int = Field(default=10_000, ge=0)
+    """The most entries of a client process's in-memory (L1) cache; 0 turns L1 off."""
+    l1_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    """The most bytes (keys and values) of a client process's L1 cache; a larger entry is not kept in L1."""
+    l1_ttl: float = Field(default=30.0, ge=0)
+    """Seconds an entry stays in L1; 0 turns L1 off."""
+    l2_ttl: int = Field(default=300, ge=1)
+    """Seconds an entry of the shared Redis (L2) cache lives."""
+    embedding_ttl: int = Field(default=86_400, ge=1)
+    """Seconds a worker keeps the embedding of a query or recall candidate in Redis, so a repeated text is not
+    embedded again."""
+    write_embedding_ttl: int = Field(default=3_600, ge=1)
+    """Seconds the embeddings of texts being written (adds, imports) stay cached: long enough for a retry or a
+    repeated text, while a day of them would hold ~2.7 KB of Redis per item written."""
+
+
+class MaintenanceSettings(_Group):
+    """Beat's schedule (seconds between runs) and how much one run may do."""
+
+    ttl_sweep_interval: float = Field(default=60.0, gt=0)
+    """Seconds between TTL sweeps, which delete expired, unpinned items (invisible to reads since they
+    expired)."""
+    flush_access_interval: float = Field(default=30.0, gt=0)
+    """Seconds between flushes of the read times recorded in Redis to the items' ``last_accessed_time`` in the
+    store, which LRU eviction goes by."""
+    evict_interval: float = Field(default=120.0, gt=0)
+    """Seconds between eviction runs, which bring every set with an eviction policy down to its ``max_items``
+    (pinned items stay)."""
+    optimize_interval: float = Field(default=600.0, gt=0)
+    """Seconds between builds of the HNSW index over new points (embedded engine; a no-op on a server):
+    filtered search over a big set needs it."""
+    max_items_per_run: int = Field(default=10_000, ge=1)
+    """The most items one TTL sweep or eviction run deletes, and about the most read times one flush writes;
+    the rest wait for the next run."""
+
+
+class RedactionSettings(_Group):
+    """Optional redaction of personal data in the worker, before embedding and storage (off by default). It
+    covers long-term items; short-term state, session history and checkpoints go to Redis as written."""
+
+    enabled: bool = False
+    """Replaces personal data in item values, chat message contents and string metadata values with typed
+    placeholders (``[EMAIL]``, ``[PHONE]``, ``[CARD]``) before they are embedded or stored; the original is
+    not kept."""
+    kinds: list[Literal["email", "phone", "card"]] = ["email", "phone", "card"]
+    """The recognizers to run: ``email`` (addresses), ``phone`` (7 to 15 digits, not dates), ``card`` (13 to
+    19 digits passing the Luhn check)."""
+
+
+class LimitsSettings(_Group):
+    """What one call may carry; checked in the client before anything is enqueued, and again in the worker."""
+
+    max_items_per_call: int = Field(default=1000, ge=1, le=100_000)
+    """The most items one ``add`` may carry."""
+    max_value_chars: int = Field(default=32_000, ge=1)
+    """The most characters of one item value or chat message content (long-term items and session messages);
+    a checkpoint may be four times this many bytes."""
+    max_metadata_bytes: int = Field(default=16_384, ge=2)
+    """The most bytes of an item's metadata as JSON (UTF-8); also bounds a profile and a checkpoint's
+    metadata."""
+    max_metadata_depth: int = Field(default=5, ge=1)
+    """How many levels of objects and lists metadata may nest (the metadata object itself is level 1)."""
+    max_query_chars: int = Field(default=4_000, ge=1)
+    """The most characters of a search or recall query."""
+    max_search_limit: int = Field(default=100, ge=1)
+    """The largest ``limit`` a search or recall may ask for."""
+
+
+class ShortTermSettings(_Group):
+    """Short-term and sensory state, kept in Redis per run: how long it lives and how large one value may be."""
+
+    ttl: int = Field(default=86_400, ge=0)
+    """Seconds a short-term or sensory state object lives after its last ``persist()``, unless the call gives
+    its own ``ttl``; 0: no expiry."""
+    max_value_bytes: int = Field(default=1_048_576, ge=1, le=512 * 1_048_576)
+    """The largest value one path may hold, in bytes as stored (JSON): Redis answers every read of the state
+    with the whole hash, so one huge value slows every reader of it."""
+
+
+class SessionSettings(_Group):
+    """Session memory: history length and TTL in Redis, and the long-term set sessions are promoted into."""
+
+    ttl: int = Field(default=7 * 86_400, ge=0)
+    """Seconds a session lives in Redis after its last write (every write renews it), unless
+    ``client.session()`` gives its own ``ttl``; 0: no expiry."""
+    max_messages: int = Field(default=1_000, ge=2)
+    """The most messages a session's history keeps in Redis (the oldest are trimmed), unless
+    ``client.session()`` gives its own ``max_messages``."""
+    promotion_set: str = Field(default="sessions", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The long-term set of the session's key that its messages and summaries are promoted into, unless
+    ``client.session()`` names another."""
+    promotion_capacity: int = Field(default=10_000, ge=1)
+    """Capacity (items, compacted into summaries past it) of the sets a session creates: its promotion set and
+    the vector strategy's. A set created with another capacity refuses the new one (``SetDefinitionConflict``):
+    change it together with ``PROMOTION_SET``."""
+    summary_model: str = Field(default="claude-haiku-4-5", min_length=1)
+    """The Claude model that folds session messages into the summary (unless the request names another) and
+    extracts entities; used only when ``MEMORY_ANTHROPIC__API_KEY`` is set."""
+
+
+class RecallSettings(_Group):
+    """How recall scores candidates from every tier: a weighted sum, then near-duplicates removed. The worker
+    scores; the client gathers the short-term and session candidates."""
+
+    relevance_weight: float = Field(default=0.7, ge=0)
+    """Weight of relevance in the score: the cosine of query and candidate, from 0 to 1."""
+    recency_weight: float = Field(default=0.2, ge=0)
+    """Weight of recency in the score: 1 for a new candidate, halving every ``half_life_hours``."""
+    importance_weight: float = Field(default=0.1, ge=0)
+    """Weight of importance in the score: the item's importance, 0.5 unless set."""
+    half_life_hours: float = Field(default=72.0, gt=0)
+    """Hours in which a candidate's recency halves; the live short-term state counts as new."""
+    dedup_threshold: float = Field(default=0.92, gt=0, le=1)
+    """Cosine at which two candidates are one fact: the better one is kept, and the other's tier noted in its
+    ``also_in``."""
+    session_messages: int = Field(default=20, ge=0)
+    """The newest messages of the session taken as candidates, when a recall names one."""
+    per_set: int = Field(default=20, ge=1, le=100)
+    """Hits taken from each long-term set of the key (hybrid search)."""
+    max_candidates: int = Field(default=200, ge=1)
+    """The most short-term and session candidates the client sends to the worker (short-term state first)."""
+
+
+class ProfileSettings(_Group):
+    """User profiles: the long-term set each profile is re-embedded into (one per user, the user being the key)."""
+
+    set_name: str = Field(default="profile", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The long-term set of each user's key that holds the profile document, where search and recall find it
+    and Redis is refilled from. Changing it strands the profiles stored under the old name."""
+
+
+class CheckpointSettings(_Group):
+    """Agent checkpoints, kept in Redis per thread and checkpoint namespace: how long and how many."""
+
+    ttl: int = Field(default=30 * 86_400, ge=0)
+    """Seconds a thread's checkpoints live after its last ``put``; 0: no expiry."""
+    max_per_thread: int = Field(default=1_000, ge=1)
+    """The most checkpoints kept per thread and checkpoint namespace; past it the oldest are deleted."""
+
+
+class BatchingSettings(_Group):
+    """Worker-side micro-batching of writes: adds arriving as many small tasks are embedded together."""
+
+    enabled: bool = True
+    """Embeds the items of concurrent ``add`` tasks in one embedder call; off, each task embeds its own."""
+    max_items: int = Field(default=64, ge=1, le=4096)
+    """Items at which a batch stops collecting (a request is never split, so a batch may end a little over)."""
+    max_wait_ms: float = Field(default=50.0, ge=0, le=1000)
+    """Milliseconds a small batch waits for more while another batch thread is busy (never when the worker is
+    idle, so batching adds no latency there)."""
+    threads: int = Field(default=0, ge=0, le=64)
+    """Batch threads per worker process; 0: one per CPU core."""
+
+
+class CelerySettings(_Group):
+    """The task layer: broker, delivery, retries and the worker pool."""
+
+    broker_url: str | None = None
+    """The Celery broker, when it is not ``MEMORY_REDIS__URL`` (e.g. ``amqp://...``); unset: the Redis URL.
+    Only a Redis broker's keys get ``MEMORY_REDIS__KEY_PREFIX``."""
+    pool: Literal["threads", "solo", "prefork"] = "threads"
+    """The worker pool: ``threads`` (tasks mostly wait, on the batcher, Redis and the store), ``solo``, or
+    ``prefork``, which the embedded engine (``backend=edge``) allows only with concurrency 1."""
+    concurrency: int = Field(default=64, ge=1)
+    """Tasks one worker runs at once. With threads, enough of them in flight let small writes be embedded
+    together (measured: 64 beats 16 and 128 for one-item adds)."""
+    max_retries: int = Field(default=5, ge=0)
+    """Retries of a task that failed transiently (store, Redis or summarizer unavailable) before it is
+    dead-lettered."""
+    retry_backoff_max: int = Field(default=60, ge=1)
+    """Seconds: the cap of the exponential, jittered wait between retries. Must be below
+    ``VISIBILITY_TIMEOUT``."""
+    # Early redelivery is safe by design: tests/faults/test_redelivery.py.
+    visibility_timeout: int = Field(default=300, ge=1)
+    """Seconds after which Redis redelivers a task a worker has not acknowledged (a killed worker's tasks come
+    back then); must exceed ``RETRY_BACKOFF_MAX``. Redelivering a slow task early costs work, not correctness:
+    writes are monotonic (deletes leave tombstones) and compaction is single-flight."""
+    reply_ttl: int = Field(default=600, ge=1)
+    """Seconds a task's reply waits in Redis for its caller; an unread reply expires then."""
+    task_events: bool = False
+    """Task events (what Flower shows); they cost three broker messages per task, ~10% of the throughput of
+    small writes. Flower switches them on in the workers while it runs (its ``enable_events`` default)."""
+    heartbeat_interval: float = Field(default=1.0, gt=0, le=60)
+    """Seconds between a worker's heartbeats in Redis; it counts as gone after four missed beats, and a waiting
+    client then stops waiting for it. Clients read it too: set it the same everywhere."""
+
+    @model_validator(mode="after")
+    def _redelivery_after_backoff(self) -> CelerySettings:
+        # A retry waits in the worker as an unacknowledged ETA message; if it outlived the
+        # visibility timeout, Redis would hand it to a second worker as well.
+        if self.visibility_timeout <= self.retry_backoff_max:
+            raise ValueError(
+                f"visibility_timeout ({self.visibility_timeout}s) must exceed retry_backoff_max "
+                f"({self.retry_backoff_max}s), or retried tasks are delivered twice"
+            )
+        return self
+
+
+class AuthSettings(_Group):
+    """Per-namespace API tokens (off when unset): a JSON object of token -> namespace, kept secret."""
+
+    tokens: Secret = None
+    """A JSON object of token -> namespace, like ``{"tok": "acme"}``: when set, workers refuse every task whose
+    token does not grant the namespace it names. Set it on the workers (on clients too, to refuse early)."""
+
+    @field_validator("tokens")
+    @classmethod
+    def _token_map(cls, value: SecretStr | None) -> SecretStr | None:
+        # Checked here so a bad map stops a process at start-up; memory_core.core.auth reads it.
+        if value is not None:
+            try:
+                raw = json.loads(value.get_secret_value())
+            except ValueError:
+                raw = None
+            if not isinstance(raw, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+                raise ValueError('expected a JSON object of token -> namespace, like {"tok": "acme"} (not shown)')
+        return value
+
+
+class ClientSettings(_Group):
+    """How the thin client waits for workers, and the token it sends when auth is on."""
+
+    timeout: float = Field(default=60.0, gt=0)
+    """Seconds a waiting call waits for its reply before ``ReplyTimeout`` (the task may still run); a forced
+    compaction waits at least 600."""
+    token: Secret = None
+    """The token this client sends with every task (``MEMORY_AUTH__TOKENS`` maps it to its namespace)."""
+    publish_retries: int = Field(default=2, ge=0)
+    """How many times publishing a task reconnects to the broker before ``BrokerUnavailable``; 0: no retry."""
+    reconnect_window: float = Field(default=10.0, ge=0)
+    """Seconds a waiting call keeps reconnecting to a restarting Redis (its task is queued already) before
+    ``BrokerUnavailable``. Workers retry writing a reply this long, and a dead letter six times as long."""
+    coalesce_max_items: int = Field(default=64, ge=1, le=1_000)
+    """Concurrent adds to one set from this process share a broker message, up to this many items
+    (``memory_core.client.coalescing``); 1 sends every add on its own."""
+    coalesce_linger_ms: float = Field(default=1.0, ge=0, le=100)
+    """Milliseconds the next publish waits, while several threads add at once, for the callers the previous one
+    released, so they share a message. A lone caller never waits; 0 turns it off."""
+    worker_grace: float = Field(default=10.0, ge=0)
+    """Seconds a waiting call gives a vanished worker (no heartbeat) to come back before ``NoWorkerAvailable``;
+    the task stays queued. A call made while no worker consumes its queue fails at once, sending nothing."""
+
+
+class FlowerSettings(_Group):
+    """The Flower dashboard as ``memory-core flower`` starts it: loopback only by default, and basic auth unless
+    in dev mode."""
+
+    address: str = "127.0.0.1"
+    """Address Flower listens on (``--dev`` always uses 127.0.0.1)."""
+    port: int = Field(default=5555, ge=1, le=65535)
+    """Port Flower listens on."""
+    basic_auth: Secret = None
+    """``user:password``, or several separated by commas; required by ``memory-core flower`` unless ``--dev``.
+    Handed to Flower through its environment, never its command line."""
+
+    @field_validator("basic_auth")
+    @classmethod
+    def _user_and_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            for pair in value.get_secret_value().split(","):
+                user, _, password = pair.partition(":")
+                if not user or not password:
+                    raise ValueError("expected user:password[,user:password...] (the value is not shown)")
+        return value
+
+
+class MetricsSettings(_Group):
+    """Prometheus metrics served by each worker process (``/metrics``)."""
+
+    enabled: bool = True
+    """Serves the worker's metrics at ``http://ADDRESS:PORT/metrics``."""
+    address: str = "127.0.0.1"
+    """Address the metrics endpoint listens on; 127.0.0.1 keeps it local, ``0.0.0.0`` lets a remote
+    Prometheus scrape it."""
+    port: int = Field(default=9464, ge=0, le=65535)
+    """Port of the metrics endpoint; 0 picks a free one (logged). A port taken by another process is logged,
+    never fatal: give each worker on one host its own port, or 0."""
+    top_namespaces: int = Field(default=10, ge=0, le=1_000)
+    """Items per namespace (``memory_core_items``) are exported for this many of the largest namespaces; the
+    rest are summed as ``(other)``."""
+
+
+class TracingSettings(_Group):
+    """OpenTelemetry traces: off unless enabled, and exported only to ``endpoint`` (OTLP over HTTP)."""
+
+    enabled: bool = False
+    """Records OpenTelemetry traces in clients and workers (a task's spans continue the trace of the call
+    that sent it). Needs the ``tracing`` extra (opentelemetry-sdk and the OTLP exporter)."""
+    endpoint: str | None = None
+    """OTLP/HTTP endpoint the spans are sent to, e.g. ``http://otel-collector:4318/v1/traces``; unset, spans
+    are recorded but not exported (a warning says so)."""
+    service_name: str = "memory-core"
+    """The ``service.name`` of this process's spans."""
+
+
+class StackSettings(_Group):
+    """``memory-core up`` and ``backup``: where the local stack keeps pid files, logs and store snapshots."""
+
+    run_dir: Path = Path(".memory-core/run")
+    """Where ``memory-core up`` keeps pid files, logs, the local Redis's data and beat's schedule; relative to
+    the working directory."""
+    backup_dir: Path = Path(".memory-core/backups")
+    """Where ``memory-core backup`` has a worker write snapshots of the embedded engine (one folder per label),
+    and ``restore`` reads them; a relative path is taken from each process's working directory."""
+
+
+class Settings(BaseSettings):
+    """All of memory-core's configuration, from ``MEMORY_*`` variables (and ``.env`` when present)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="MEMORY_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="forbid",
+    )
+
+    redis: RedisSettings = RedisSettings()
+    qdrant: QdrantSettings = QdrantSettings()
+    embedder: EmbedderSettings = EmbedderSettings()
+    anthropic: AnthropicSettings = AnthropicSettings()
+    limits: LimitsSettings = LimitsSettings()
+    compaction: CompactionSettings = CompactionSettings()
+    cache: CacheSettings = CacheSettings()
+    maintenance: MaintenanceSettings = MaintenanceSettings()
+    redaction: RedactionSettings = RedactionSettings()
+    auth: AuthSettings = AuthSettings()
+    celery: CelerySettings = CelerySettings()
+    client: ClientSettings = ClientSettings()
+    flower: FlowerSettings = FlowerSettings()
+    short_term: ShortTermSettings = ShortTermSettings()
+    session: SessionSettings = SessionSettings()
+    checkpoints: CheckpointSettings = CheckpointSettings()
+    recall: RecallSettings = RecallSettings()
+    batching: BatchingSettings = BatchingSettings()
+    profile: ProfileSettings = ProfileSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    tracing: TracingSettings = TracingSettings()
+    stack: StackSettings = StackSettings()
+
+    @model_validator(mode="after")
+    def _tombstones_outlive_redelivery(self) -> Settings:
+        # A task can come back (visibility timeout) after its retries have backed off; a tombstone that
+        # went before that would let the replayed write bring a deleted item back.
+        redelivery = self.celery.visibility_timeout + self.celery.max_retries * self.celery.retry_backoff_max
+        if self.qdrant.tombstone_ttl <= redelivery:
+            raise ValueError(
+                f"MEMORY_QDRANT__TOMBSTONE_TTL ({self.qdrant.tombstone_ttl:g}s) must exceed the longest redelivery, "
+                f"MEMORY_CELERY__VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX ({redelivery}s)"
+            )
+        return self
+
+    @property
+    def broker_url(self) -> str:
+        """The Celery broker: ``celery.broker_url`` when set, else the Redis URL."""
+        return self.celery.broker_url or self.redis.url
+
+    @property
+    def broker_is_redis(self) -> bool:
+        """Whether the broker is Redis (then its queues are keys of ``broker_key_prefix``)."""
+        return urlsplit(self.broker_url).scheme in {"redis", "rediss", "unix"}
+
+    @property
+    def broker_key_prefix(self) -> str:
+        """Prepended to every broker key (queues, unacked index) on a Redis broker, so deployments with their
+        own ``redis.key_prefix`` can share a Redis database without taking each other's tasks. Not under
+        ``{key_prefix}:``, so nothing that scans the cache keys touches queued tasks."""
+        return f"{self.redis.key_prefix}/" if self.broker_is_redis else ""
+
+
+def setting_names() -> frozenset[str]:
+    """Every environment variable a setting is read from: ``MEMORY_GROUP`` (JSON) and ``MEMORY_GROUP__FIELD``."""
+    names = set()
+
+    def walk(prefix: str, model: type[BaseModel]) -> None:
+        for name, field in model.model_fields.items():
+            variable = f"{prefix}{name.upper()}"
+            names.add(variable)
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+                walk(variable + "__", field.annotation)
+
+    walk("MEMORY_", Settings)
+    return frozenset(names)
+
+
+def unknown_setting_names(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """``MEMORY_*`` variables that are no setting (a typo is otherwise silently ignored), each with the
+    closest setting's name, if one is close. ``MEMORY_TEST_*`` belong to the test suite."""
+    known = setting_names()
+    found: dict[str, str | None] = {}
+    for name in environ:
+        upper = name.upper()
+        if upper.startswith("MEMORY_") and not upper.startswith("MEMORY_TEST_") and upper not in known:
+            close = difflib.get_close_matches(upper, known, n=1, cutoff=0.75)
+            found[name] = close[0] if close else None
+    return found
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Builds ``Settings`` from the environment, turning validation errors into ``ConfigurationError``.
+
+    The message names each offending variable (``MEMORY_GROUP__FIELD``) and what was wrong. Variables
+    that look like settings but are none are named in a warning.
+    """
+    for name, close in unknown_setting_names(os.environ).items():
+        hint = f"; did you mean {close}?" if close else "; see .env.example for every setting"
+        logger.warning("%s is not a memory-core setting and is ignored%s", name, hint)
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]  # overrides are validated by pydantic
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            if not err["loc"]:  # a check across groups: its message names the variables, the input is everything
+                problems.append(err["msg"])
+                continue
+            name = "MEMORY_" + "__".join(str(part).upper() for part in err["loc"])
+            problems.append(f"{name}: {err['msg']} (got {_safe_input(err['loc'], err.get('input'))!r})")
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from exc
+
+
+def _secret_locations() -> frozenset[tuple[str, str]]:
+    """(group, field) of every ``SecretStr`` setting, found from the models so a new secret is covered."""
+    found = set()
+    for group, field in Settings.model_fields.items():
+        model = field.annotation
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            for name, inner in model.model_fields.items():
+                if "SecretStr" in str(inner.annotation):
+                    found.add((group, name))
+    return frozenset(found)
+
+
+def _safe_input(loc: tuple[int | str, ...], value: object) -> object:
+    # A mistyped secret must not end up in a log line through its error message.
+    if tuple(str(part) for part in loc[:2]) in _secret_locations():
+        return "<redacted>"
+    return redact_url(value) if isinstance(value, str) and "://" in value else value
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """The process-wide settings; for entry points only."""
+    return load_settings()

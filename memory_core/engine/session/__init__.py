@@ -1,0 +1,1 @@
+"""The worker's part of session memory: folding old turns into a summary and extracting entities."""

@@ -1,0 +1,77 @@
+"""Vector stores: the ``VectorStore`` Protocol and its adapters (embedded Edge, qdrant-client, in-memory)."""
+
+from __future__ import annotations
+
+import re
+
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.settings import QdrantSettings
+from memory_core.engine.stores.base import ItemRecord, VectorStore, point_id
+
+__all__ = ["ItemRecord", "VectorStore", "collection_name", "open_store", "point_id"]
+
+
+LAYOUT = "v2"
+"""The item layout: v2 adds the BM25 sparse vectors (``bm25``, ``bm25_ctx``). A store of the previous
+(dense-only) layout is migrated into a v2 collection when one is first opened; the old one stays."""
+
+
+def collection_name(settings: QdrantSettings, model_name: str) -> str:
+    """One collection per embedding model (vectors of different models never share an index) and layout."""
+    return f"{legacy_collection_name(settings, model_name)}_{LAYOUT}"
+
+
+def legacy_collection_name(settings: QdrantSettings, model_name: str) -> str:
+    """The collection name of the previous, dense-only layout."""
+    slug = re.sub(r"[^a-z0-9]+", "_", model_name.lower()).strip("_")
+    return f"{settings.collection_prefix}_{slug}"
+
+
+def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
+    """Opens the configured store. Called once per worker process, after fork."""
+    from memory_core.engine.stores.faults import with_faults
+    from memory_core.engine.stores.metered import metered
+
+    return with_faults(metered(_open(settings, model_name=model_name, dimension=dimension)), settings.fault_flag)
+
+
+def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
+    collection = collection_name(settings, model_name)
+    legacy = legacy_collection_name(settings, model_name)
+    if settings.backend == "edge":
+        from memory_core.engine.stores.edge import EdgeVectorStore
+
+        return EdgeVectorStore(
+            settings.path,
+            collection=collection,
+            dimension=dimension,
+            legacy=legacy,
+            tombstone_ttl=settings.tombstone_ttl,
+        )
+    from memory_core.engine.stores.qdrant import QdrantVectorStore
+
+    if settings.backend == "server":
+        if not settings.url:
+            raise ConfigurationError(
+                "MEMORY_QDRANT__BACKEND='server' needs MEMORY_QDRANT__URL (e.g. http://qdrant:6333)"
+            )
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        return QdrantVectorStore.connect(
+            settings.url,
+            api_key=api_key,
+            timeout=settings.timeout,
+            collection=collection,
+            dimension=dimension,
+            legacy=legacy,
+            tombstone_ttl=settings.tombstone_ttl,
+        )
+    # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
+    return QdrantVectorStore.connect(
+        settings.url or str(settings.path),
+        api_key=None,
+        timeout=settings.timeout,
+        collection=collection,
+        dimension=dimension,
+        legacy=legacy,
+        tombstone_ttl=settings.tombstone_ttl,
+    )

@@ -1,0 +1,533 @@
+"""The vector store seam: a Protocol every adapter implements, and the payload codec they share.
+
+Invariants every adapter keeps (the contract tests in ``tests/integration/stores``
+check them on each):
+
+* Every call takes a ``Scope`` (or namespace and key) and filters on
+  ``namespace``, ``key`` and ``set`` itself; no call can see another scope.
+* Point ids are ``uuid5(namespace, key, set, item id)``, so writing the same item
+  twice overwrites one point (idempotent upserts).
+* Writes are monotonic in ``seq`` (the client assigns it when it accepts a write): an upsert replaces a
+  stored item only when the stored one is older, and a delete replaces each item by a *tombstone* at the
+  delete's ``seq``, so a replayed or late write (a redelivered task) never brings back an older value
+  nor a deleted item. A tombstone is a point with no vectors that every read skips (it looks expired);
+  the TTL sweep removes it ``tombstone_ttl`` seconds after the delete, which must outlast the longest
+  redelivery. ``seq`` is compared exactly, in Python (``due``): the engines compare a range bound on an
+  integer field through a float, which cannot hold a nanosecond ``seq`` (~1.8e18). An adapter whose
+  store other processes write too (a server) makes the write a compare-and-set on the ``seq`` it read
+  and reads again until what it holds is at least as new, so racing workers cannot undo each other.
+* ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending).
+* ``search`` scores are higher = more relevant. In ``dense`` mode they are cosine similarities;
+  in ``lexical`` and ``hybrid`` mode they are fused scores (DBSF: each ranker's scores scaled to 0..1 by
+  their mean +/- 3 standard deviations, then averaged over the rankers and capped at 1: a ranker's
+  outlier can exceed its +3 sigma), so also within 0..1 but comparable within one result only.
+  In ``hybrid`` mode the lexical rankers break BM25 near-ties by cosine similarity (``TIE_BREAK``).
+* Every item is indexed three ways: its dense vector, a BM25 sparse vector of its text (``bm25``,
+  IDF applied by the engine) and a BM25 sparse vector of its text with the set's previous
+  ``context_window`` items (``bm25_ctx``), so a turn is found by the words of the turns that led to it.
+* Set definitions are stored durably beside the items (a second collection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from memory_core.core.errors import MemorySetNotFound
+from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope, SearchMode
+
+# Fixed forever: changing it would orphan every stored point.
+_POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
+
+ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
+"""Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
+NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned", "seq", "tombstone", "keep_until")
+"""Numeric payload fields indexed for expiry, LRU, importance, insertion order and tombstones (0/1 flags)."""
+INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone"})
+
+TOMBSTONE_TTL = 7 * 24 * 3600.0
+"""How long a tombstone outlives its delete by default (``MEMORY_QDRANT__TOMBSTONE_TTL``)."""
+CONDITIONAL_BATCH = 256
+"""Points per compare-and-set write on a server: it checks each existing point against one clause per
+point of the call (``seq`` equal to what was read, by id), so the check grows with the square of the batch."""
+
+SPARSE_TEXT = "bm25"
+SPARSE_CONTEXT = "bm25_ctx"
+SPARSE_NAMES = (SPARSE_TEXT, SPARSE_CONTEXT)
+LEXICAL_FLOOR = 0.5
+"""The BM25 score (IDF-weighted) a lexical candidate needs to take part in a search. Scores sum the IDF of
+the matched words, so this keeps out items that match only words most items share ("Alice" in every fact
+about Alice): DBSF rescales each ranker by its own spread, which would otherwise turn that non-evidence
+into a full vote. Measured: no change on locomo-dev at 0.5 or 1.0. It cannot help when the shared word is
+rare in the collection as a whole (IDF is collection-wide); ``TIE_BREAK`` handles that case in hybrid search."""
+TIE_BREAK = 1.0
+"""In ``hybrid`` search each lexical ranker scores its candidates by BM25 + ``TIE_BREAK`` x their cosine
+similarity to the query, computed in the same store query. Items that match only a word they all share
+("Alice" in every fact about Alice) tie on BM25 to within a percent, and DBSF rescales a ranker by its
+own spread, so without this that near-tie became a full vote for whichever item was shortest. Now the
+tie goes to the item closest in meaning, while a real lexical difference (a matched rare word adds its
+IDF, several points) still outweighs a cosine (at most 1). ``lexical`` mode stays pure BM25.
+Measured on locomo-dev: 0.5, 1 and 2 rank alike (R@10 0.721-0.724, MRR 0.548), as without it."""
+PREFETCH = 50
+"""Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparseVector:
+    """Non-zero dimensions of a sparse vector (BM25 term weights by token id)."""
+
+    indices: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+class Lexical:
+    """BM25 term weights from Qdrant's own BM25 model (``qdrant_edge.Bm25``: English, stemmed, stopwords).
+
+    Documents get BM25 term-frequency weights; queries get 1.0 per token. The engine applies IDF at
+    query time (the ``Idf`` modifier), so nothing here depends on the rest of the corpus.
+    """
+
+    def __init__(self) -> None:
+        self._model: Any = None  # built on first use: the module is imported where no engine is installed
+        self._lock = threading.Lock()  # the model is shared by the worker's threads
+
+    def document(self, text: str) -> SparseVector:
+        with self._lock:
+            vector = self._bm25().embed_document(text)
+        return SparseVector(tuple(vector.indices), tuple(vector.values))
+
+    def query(self, text: str) -> SparseVector:
+        with self._lock:
+            vector = self._bm25().embed_query(text)
+        return SparseVector(tuple(vector.indices), tuple(vector.values))
+
+    def _bm25(self) -> Any:
+        # The stores package also holds what the CLI and admin use on disk (sparse copies, the store's
+        # owner lock), and a client-only install has no engine: import it when a model is first needed.
+        if self._model is None:
+            import qdrant_edge as qe
+
+            self._model = qe.Bm25(qe.Bm25Config())
+        return self._model
+
+    def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
+        """The two sparse vectors of an item: its text, and its text after its ``previous`` items'."""
+        plain = self.document(text)
+        context = self.document("\n".join([*previous, text])) if previous else plain
+        return {SPARSE_TEXT: plain, SPARSE_CONTEXT: context}
+
+
+LEXICAL = Lexical()
+"""The process-wide BM25 model."""
+
+
+def item_text(value: object) -> str:
+    """The text an item is indexed by: the value, or ``"role: content"`` for a chat message."""
+    return str(value) if not isinstance(value, dict) else f"{value.get('role', 'user')}: {value.get('content', '')}"
+
+
+def with_context(
+    records: Sequence[ItemRecord], before: Sequence[str], window: int
+) -> list[tuple[ItemRecord, list[str]]]:
+    """Each record (in ``seq`` order) with the texts of the ``window`` items before it.
+
+    ``before`` are the texts of the set's items preceding the first record, oldest first; later records
+    take their context from the records before them in the same batch.
+    """
+    ordered = sorted(records, key=lambda r: r.seq)
+    history = list(before)
+    paired = []
+    for record in ordered:
+        paired.append((record, history[-window:] if window else []))
+        history.append(str(record.item.value))  # a ChatMessage reads "role: content", as item_text gives
+    return paired
+
+
+def migrated_vectors(
+    points: Sequence[tuple[Any, dict[str, Any], list[float]]],
+) -> list[tuple[Any, dict[str, Any], list[float], dict[str, SparseVector]]]:
+    """Points of the dense-only layout ``(id, payload, dense)`` with their BM25 vectors added.
+
+    Each set's points are taken in ``seq`` order, and each item's context is the two items before it
+    (the default ``context_window``), as if the set had been written with the hybrid layout.
+    """
+    by_scope: dict[tuple[str, str, str], list[tuple[Any, dict[str, Any], list[float]]]] = {}
+    for point in points:
+        payload = point[1]
+        by_scope.setdefault((payload["namespace"], payload["key"], payload["set"]), []).append(point)
+    migrated = []
+    for scoped in by_scope.values():
+        scoped.sort(key=lambda p: p[1]["seq"])
+        texts = [item_text(p[1]["value"]) for p in scoped]
+        for i, (pid, payload, dense) in enumerate(scoped):
+            migrated.append((pid, payload, dense, LEXICAL.item_vectors(texts[i], texts[max(0, i - 2) : i])))
+    return migrated
+
+
+PREVIOUS_MARGIN = 4096
+"""Nanoseconds added to a ``seq < x`` range filter: seq values (~1.7e18) are beyond float precision, so
+adapters filter loosely on the engine and exactly in Python (qdrant-edge 0.9.0's ``order_by`` with
+``start_from`` applies the limit before the start, so it cannot be used for this)."""
+
+
+def previous_texts(payloads: Sequence[Mapping[str, Any]], before_seq: int, count: int) -> list[str]:
+    """Texts of the ``count`` payloads just before ``before_seq``, oldest first (exact integer comparison)."""
+    earlier = sorted((p for p in payloads if p["seq"] < before_seq), key=lambda p: p["seq"])
+    return [item_text(p["value"]) for p in earlier[-count:]] if count else []
+
+
+def text_hash(value: object) -> str:
+    """The hash exact dedup compares: the text lower-cased with runs of white space folded."""
+    normalized = " ".join(str(value).lower().split())
+    return hashlib.sha256(normalized.encode("utf-8")).hexdigest()[:32]
+
+
+def point_id(scope: Scope, item_id: str) -> str:
+    """The store's point id for an item: deterministic, so a redelivered write lands on the same point."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, "\x1f".join((*scope, item_id))))
+
+
+def set_point_id(namespace: str, key: str, set_name: str) -> str:
+    """The point id of a memory set's definition in the registry collection."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"set\x1f{namespace}\x1f{key}\x1f{set_name}"))
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """An item ready for the store: the item, its order in the set, and its embedding."""
+
+    item: MemorySetItem
+    seq: int
+    vector: Sequence[float]
+
+
+def _ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+def _dt(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
+    """The stored payload of an item; times are epoch seconds so range filters stay cheap."""
+    item = record.item
+    created = item.created_time
+    start, end = (created.start, created.end) if isinstance(created, DatetimeRange) else (created, created)
+    value = item.value if isinstance(item.value, str) else item.value.model_dump(mode="json")
+    return {
+        "namespace": scope.namespace,
+        "key": scope.key,
+        "set": scope.set_name,
+        "item_id": item.id,
+        "seq": record.seq,
+        "value": value,
+        "is_message": not isinstance(item.value, str),
+        "compacted": item.compacted,
+        "created_start": _ts(start),
+        "created_end": _ts(end),
+        "created_is_range": isinstance(created, DatetimeRange),
+        "last_accessed_time": _ts(item.last_accessed_time),
+        "metadata": dict(item.additional_metadata),
+        "compacted_from": list(item.compacted_from),
+        "importance": item.importance,
+        "source": item.source,
+        # An int, not a bool: qdrant-edge-py 0.9.0 cannot match booleans (MatchValue(True) becomes 1).
+        "pinned": int(item.pinned),
+        "expires_at": None if item.expires_at is None else _ts(item.expires_at),
+        "text_hash": text_hash(item.value),
+    }
+
+
+def oldest_by_hash(payloads: Iterable[Mapping[str, Any]]) -> dict[str, MemorySetItem]:
+    """One item per text hash: the oldest (lowest seq), so every fold of a text goes to the same item."""
+    oldest: dict[str, Mapping[str, Any]] = {}
+    for payload in payloads:
+        seen = oldest.get(payload["text_hash"])
+        if seen is None or payload["seq"] < seen["seq"]:
+            oldest[payload["text_hash"]] = payload
+    return {text: from_payload(payload) for text, payload in oldest.items()}
+
+
+def lifecycle_payload(item: MemorySetItem) -> dict[str, Any]:
+    """The payload fields of ``item``'s lifecycle (for ``set_fields``), as ``to_payload`` writes them."""
+    return {
+        "importance": item.importance,
+        "source": item.source,
+        "pinned": int(item.pinned),
+        "expires_at": None if item.expires_at is None else _ts(item.expires_at),
+    }
+
+
+def from_payload(payload: Mapping[str, Any], score: float | None = None) -> MemorySetItem:
+    """Rebuilds the item a payload was made from (``to_payload``'s inverse)."""
+    start, end = _dt(payload["created_start"]), _dt(payload["created_end"])
+    created: datetime | DatetimeRange = DatetimeRange(start=start, end=end) if payload["created_is_range"] else start
+    return MemorySetItem.model_validate(
+        {
+            "memory_set_name": payload["set"],
+            "id": payload["item_id"],
+            "value": payload["value"],
+            "compacted": payload["compacted"],
+            "created_time": created,
+            "last_accessed_time": _dt(payload["last_accessed_time"]),
+            "additional_metadata": payload.get("metadata") or {},
+            "compacted_from": payload.get("compacted_from") or [],
+            "importance": payload.get("importance", 0.5),
+            "source": payload.get("source"),
+            "pinned": bool(payload.get("pinned", 0)),
+            "expires_at": None if payload.get("expires_at") is None else _dt(payload["expires_at"]),
+            "seq": payload["seq"],
+            "score": score,
+        }
+    )
+
+
+def tombstone_payload(scope: Scope, item_id: str, seq: int, keep_until: float) -> dict[str, Any]:
+    """The payload of a deleted item's tombstone: which item, the delete's ``seq``, and when it may go.
+
+    It passes every read's visibility check as an expired, unpinned point (``expires_at`` 0), so no read
+    path returns it; ``keep_until`` holds the TTL sweep off it until then.
+    """
+    return {
+        "namespace": scope.namespace,
+        "key": scope.key,
+        "set": scope.set_name,
+        "item_id": item_id,
+        "seq": seq,
+        "tombstone": 1,
+        "expires_at": 0.0,
+        "pinned": 0,
+        "keep_until": keep_until,
+    }
+
+
+def is_tombstone(payload: Mapping[str, Any]) -> bool:
+    """Whether a stored payload marks a deleted item."""
+    return bool(payload.get("tombstone"))
+
+
+def due(stored: Mapping[str, tuple[int, bool]], wanted: Mapping[str, int], *, deleting: bool) -> list[str]:
+    """The ids (or point ids) whose write must be applied: ``wanted`` maps each to its write's ``seq``,
+    ``stored`` to the ``(seq, is_tombstone)`` of what the store holds under it (absent: nothing).
+
+    An upsert applies over anything older. A delete applies over an item as old as it or older (the very
+    version it read, for compaction and eviction) and over an older tombstone; a replayed delete (an equal
+    tombstone) changes nothing.
+    """
+    applied = []
+    for key, seq in wanted.items():
+        held = stored.get(key)
+        if held is None:
+            applied.append(key)
+            continue
+        held_seq, tombstone = held
+        if held_seq < seq or (deleting and not tombstone and held_seq == seq):
+            applied.append(key)
+    return applied
+
+
+def chunks(seq_by_id: Mapping[str, int], size: int = CONDITIONAL_BATCH) -> Iterator[dict[str, int]]:
+    """``seq_by_id`` in pieces of at most ``size`` (conditional writes are checked per point of the call)."""
+    pairs = list(seq_by_id.items())
+    for start in range(0, len(pairs), size):
+        yield dict(pairs[start : start + size])
+
+
+def newest_records(records: Sequence[ItemRecord]) -> list[ItemRecord]:
+    """One record per item id, the newest ``seq`` (a batch that names an id twice writes its latest)."""
+    newest: dict[str, ItemRecord] = {}
+    for record in records:
+        held = newest.get(record.item.id)
+        if held is None or record.seq > held.seq:
+            newest[record.item.id] = record
+    return list(newest.values())
+
+
+def versions_of(items: Iterable[MemorySetItem]) -> dict[str, int]:
+    """Item id -> ``seq`` of items read from a store: what a delete of exactly these versions takes."""
+    return {item.id: item.seq or 0 for item in items}
+
+
+def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str, Any]:
+    """The registry payload of a set definition."""
+    return {
+        "namespace": namespace,
+        "key": key,
+        "set": definition.name,
+        "definition": definition.model_dump(mode="json"),
+    }
+
+
+def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:
+    """Rebuilds a set definition from its registry payload."""
+    return MemorySet.model_validate(payload["definition"])
+
+
+def is_visible(payload: Mapping[str, Any], now: float) -> bool:
+    """Whether reads may see a stored item: not expired, or pinned."""
+    expires = payload.get("expires_at")
+    return expires is None or expires > now or bool(payload.get("pinned"))
+
+
+def in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
+    """Whether a stored payload belongs to ``scope`` (a guard on top of the scoped point ids and filters)."""
+    return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)
+
+
+def require_set(store: VectorStore, scope: Scope) -> MemorySet:
+    """The definition of the set at ``scope``; raises ``MemorySetNotFound`` naming it when there is none."""
+    definition = store.get_set(*scope)
+    if definition is None:
+        raise MemorySetNotFound(
+            f"memory set {scope.set_name!r} not found in namespace {scope.namespace!r}, key {scope.key!r}"
+        )
+    return definition
+
+
+def sort_by_seq(pairs: Sequence[tuple[int, MemorySetItem]]) -> list[MemorySetItem]:
+    """Items in insertion order, from ``(seq, item)`` pairs."""
+    return [item for _, item in sorted(pairs, key=lambda pair: pair[0])]
+
+
+class VectorStore(Protocol):
+    """Durable storage of memory items and set definitions, with vector search."""
+
+    @property
+    def location(self) -> str:
+        """Where the data lives (a directory or a redacted URL), for operators."""
+        ...
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        """Writes items, each only where nothing newer is stored under its id. Durable on return.
+
+        A record replaces a stored item or tombstone of the same id only when that one's ``seq`` is
+        lower; an equal ``seq`` (the same write, replayed) or a higher one keeps what is stored.
+
+        ``context_window``: how many of the set's previous items (by ``seq``) go into each item's
+        context vector (``bm25_ctx``); 0 indexes the item's own text there.
+        """
+        ...
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        """The visible items with these ids, in insertion order. Every read skips expired, unpinned items."""
+        ...
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        """Every item of the set, in insertion order."""
+        ...
+
+    def search(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
+    ) -> list[MemorySetItem]:
+        """The ``limit`` items most relevant to the query whose metadata match ``filters``; best first.
+
+        ``dense``: nearest to ``vector`` (cosine). ``lexical``: BM25 of ``text`` over the item and its
+        context, fused. ``hybrid``: all three rankers fused by distribution-based score fusion (DBSF).
+        """
+        ...
+
+    def count(self, scope: Scope) -> int:
+        """The number of items in the set."""
+        ...
+
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        """Deletes items as of a ``seq`` each: item id -> the delete's ``seq``.
+
+        Each item stored with a ``seq`` at most its delete's (or not stored at all) is replaced by a
+        tombstone at that ``seq``; an item stored newer stays. Writes no older than the tombstone are
+        refused until the TTL sweep removes it (``tombstone_ttl`` after the delete).
+        """
+        ...
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        """Item id -> ``seq`` of every item stored in the set (expired ones too; tombstones not)."""
+        ...
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        """Stores a set definition durably."""
+        ...
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        """A set definition, or None."""
+        ...
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        """Removes a set definition; False when there was none. Items are deleted separately."""
+        ...
+
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        """Up to ``limit`` set definitions of every namespace, as ``(namespace, key, definition)``; for sweeps."""
+        ...
+
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        """The set definitions of one key of one namespace, sorted by name."""
+        ...
+
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
+        """Overwrites these payload fields (``to_payload`` names) on stored items; missing and deleted ids are
+        ignored. With ``seq``, only items still stored at that ``seq`` (not rewritten since it was read)."""
+        ...
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        """Visible items of the set whose normalized text hashes are among ``hashes``, by hash: the oldest of each."""
+        ...
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        """Up to ``limit`` expired, unpinned items of every namespace, as ``(scope, item id)`` (no tombstones)."""
+        ...
+
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        """Deletes every item and set definition of a namespace (or one key of it), expired ones included.
+
+        Returns the number of items deleted and the ``key:set`` names of the sets removed.
+        """
+        ...
+
+    def delete_expired(self, now: float, limit: int) -> int:
+        """Deletes expired, unpinned items and tombstones past ``keep_until`` of every namespace: one filtered
+        delete when at most ``limit`` are due, else ``limit`` of them (the rest next time). Returns how many
+        went."""
+        ...
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        """Items stored per namespace (visible ones; a server may count expired ones too), the ``limit`` largest.
+
+        For metrics: cheap enough to run every scrape interval, not exact to the last write."""
+        ...
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        """The dense vectors of these items of the set, by id (missing ids are absent); for export."""
+        ...
+
+    def snapshot(self, target: Path) -> list[str]:
+        """A consistent copy of the store's data: files under ``target`` (embedded engines) or the server's
+        own snapshots (Qdrant's snapshot API). Writes wait while it is taken. Returns what was made."""
+        ...
+
+    def optimize(self) -> bool:
+        """Builds the search indexes (HNSW) over what was written since the last run; blocks until done.
+
+        For the maintenance task only. Returns whether anything was optimized. A Qdrant server optimizes in
+        the background by itself, so there it does nothing.
+        """
+        ...
+
+    def close(self) -> None:
+        """Releases files, locks and connections."""
+        ...

@@ -1,0 +1,572 @@
+"""Qdrant through ``qdrant-client``: a server or cluster in production.
+
+The same adapter runs on qdrant-client's local mode (``":memory:"`` or a path),
+which is how the contract tests exercise this code without a server. One
+collection per embedding model holds the items of every tenant, partitioned by
+the ``namespace`` payload field (indexed with ``is_tenant``); a second
+collection holds set definitions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from memory_core.core.errors import StoreError, TransientStoreError
+from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
+from memory_core.core.settings import redact_url
+from memory_core.engine.stores.base import (
+    INTEGER_INDEX_FIELDS,
+    ITEM_INDEX_FIELDS,
+    LEXICAL,
+    LEXICAL_FLOOR,
+    NUMERIC_INDEX_FIELDS,
+    PREFETCH,
+    PREVIOUS_MARGIN,
+    SPARSE_NAMES,
+    TIE_BREAK,
+    TOMBSTONE_TTL,
+    ItemRecord,
+    SparseVector,
+    chunks,
+    due,
+    from_payload,
+    in_scope,
+    is_visible,
+    migrated_vectors,
+    newest_records,
+    oldest_by_hash,
+    point_id,
+    previous_texts,
+    set_from_payload,
+    set_point_id,
+    set_to_payload,
+    sort_by_seq,
+    to_payload,
+    tombstone_payload,
+    with_context,
+)
+
+logger = logging.getLogger(__name__)
+
+DENSE = "dense"
+_SCROLL_PAGE = 1_000
+_CAS_ROUNDS = 8
+
+
+@contextmanager
+def _translated(operation: str) -> Iterator[None]:
+    try:
+        yield
+    except (ResponseHandlingException, ConnectionError, TimeoutError) as exc:
+        raise TransientStoreError(f"Qdrant {operation} failed: {exc}") from exc
+    except UnexpectedResponse as exc:
+        retryable = exc.status_code in {429, 502, 503, 504}
+        error = TransientStoreError if retryable else StoreError
+        raise error(f"Qdrant {operation} failed with HTTP {exc.status_code}: {exc.reason_phrase}") from exc
+    except (ValueError, RuntimeError) as exc:  # local mode raises these for bad requests
+        raise StoreError(f"Qdrant {operation} failed: {exc}") from exc
+
+
+def _tie_broken(candidates: qm.Prefetch, dense: list[float], depth: int) -> qm.Prefetch:
+    """A lexical ranker whose candidates are scored BM25 + ``TIE_BREAK`` x cosine, in the same query."""
+    # The inner dense stage rescores exactly the lexical candidates, so every candidate has both scores.
+    cosine = qm.Prefetch(prefetch=[candidates], query=dense, using=DENSE, limit=depth)
+    formula = qm.SumExpression(sum=["$score[0]", qm.MultExpression(mult=[TIE_BREAK, "$score[1]"])])
+    return qm.Prefetch(
+        prefetch=[candidates, cosine],
+        query=qm.FormulaQuery(formula=formula, defaults={"$score[0]": 0.0, "$score[1]": 0.0}),
+        limit=depth,
+    )
+
+
+def _to_qdrant(vector: SparseVector) -> qm.SparseVector:
+    return qm.SparseVector(indices=list(vector.indices), values=list(vector.values))
+
+
+def _sparse_for(text: str, previous: list[str]) -> dict[str, qm.SparseVector]:
+    return {name: _to_qdrant(v) for name, v in LEXICAL.item_vectors(text, previous).items()}
+
+
+def _scope_conditions(namespace: str, key: str, set_name: str | None = None) -> list[qm.Condition]:
+    fields = [("namespace", namespace), ("key", key)] + ([("set", set_name)] if set_name is not None else [])
+    return [qm.FieldCondition(key=name, match=qm.MatchValue(value=value)) for name, value in fields]
+
+
+def _expired(now: float) -> qm.Filter:
+    """Matches items past their expiry that are not pinned; reads put it in ``must_not``."""
+    return qm.Filter(
+        must=[
+            qm.FieldCondition(key="expires_at", range=qm.Range(lt=now)),
+            qm.FieldCondition(key="pinned", match=qm.MatchValue(value=0)),
+        ]
+    )
+
+
+_TOMBSTONE = qm.FieldCondition(key="tombstone", match=qm.MatchValue(value=1))
+
+
+def _sweepable(now: float) -> qm.Filter:
+    """What the TTL sweep deletes: expired, unpinned items, and tombstones past ``keep_until``."""
+    return qm.Filter(must=[_expired(now)], must_not=[qm.FieldCondition(key="keep_until", range=qm.Range(gte=now))])
+
+
+_NEVER = qm.FieldCondition(key="seq", match=qm.MatchValue(value=-1))
+"""A clause no point matches: keeps a compare-and-set filter from being an empty ``should`` (which matches all)."""
+
+
+def _unchanged_since(read: Mapping[str, int]) -> qm.Filter:
+    """Matches a stored point only while it still holds the ``seq`` it was read with (exact integer match).
+
+    The ``update_filter`` of a compare-and-set upsert: the server checks and applies it per point, at
+    once. A point that was absent when read gets no clause: if another worker inserted it since, this
+    write skips it and the caller reads again.
+    """
+    clauses: list[qm.Condition] = [
+        qm.Filter(must=[qm.HasIdCondition(has_id=[pid]), qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq))])
+        for pid, seq in read.items()
+    ]
+    return qm.Filter(should=[_NEVER, *clauses])
+
+
+def _visible_in(namespace: str, key: str, set_name: str) -> qm.Filter:
+    return qm.Filter(must=_scope_conditions(namespace, key, set_name), must_not=[_expired(time.time())])
+
+
+def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
+    conditions: list[qm.Condition] = []
+    for name, expected in filters.items():
+        values = expected if isinstance(expected, list) else [expected]
+        alternatives: list[qm.Condition] = [
+            qm.FieldCondition(key=f"metadata.{name}", match=qm.MatchValue(value=v)) for v in values
+        ]
+        conditions.append(alternatives[0] if len(alternatives) == 1 else qm.Filter(should=alternatives))
+    return conditions
+
+
+class QdrantVectorStore:
+    """Items and set definitions in two collections of a Qdrant server (or local mode)."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        *,
+        collection: str,
+        dimension: int,
+        location: str,
+        legacy: str | None = None,
+        tombstone_ttl: float = TOMBSTONE_TTL,
+    ) -> None:
+        self._client = client
+        self._tombstone_ttl = tombstone_ttl
+        self._items = collection
+        self._sets = f"{collection}__sets"
+        self._location = location
+        with _translated("collection setup"):
+            fresh = not self._client.collection_exists(self._items)
+            self._ensure(self._items, dimension, sparse=True)
+            self._ensure(self._sets, 1, sparse=False)
+            if fresh and legacy is not None and self._client.collection_exists(legacy):
+                self._migrate(legacy)
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        api_key: str | None,
+        timeout: float,
+        collection: str,
+        dimension: int,
+        legacy: str | None = None,
+        tombstone_ttl: float = TOMBSTONE_TTL,
+    ) -> QdrantVectorStore:
+        """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
+        if url.startswith(("http://", "https://")):
+            client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
+        else:
+            client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
+        return cls(
+            client,
+            collection=collection,
+            dimension=dimension,
+            location=redact_url(url),
+            legacy=legacy,
+            tombstone_ttl=tombstone_ttl,
+        )
+
+    def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
+        if not self._client.collection_exists(name):
+            distance = qm.Distance.COSINE if dimension > 1 else qm.Distance.DOT
+            self._client.create_collection(
+                name,
+                # float16, as in the embedded engine: half the memory, the same ranking to ~1e-3.
+                vectors_config={
+                    DENSE: qm.VectorParams(size=dimension, distance=distance, datatype=qm.Datatype.FLOAT16)
+                },
+                # IDF is applied by the server at query time, over the collection.
+                sparse_vectors_config={n: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for n in SPARSE_NAMES}
+                if sparse
+                else None,
+            )
+        for field in ITEM_INDEX_FIELDS:
+            self._client.create_payload_index(
+                name,
+                field_name=field,
+                field_schema=qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=field == "namespace"),
+            )
+        for field in NUMERIC_INDEX_FIELDS:
+            integer = field in INTEGER_INDEX_FIELDS
+            schema = qm.PayloadSchemaType.INTEGER if integer else qm.PayloadSchemaType.FLOAT
+            self._client.create_payload_index(name, field_name=field, field_schema=schema)
+
+    def _migrate(self, legacy: str) -> None:
+        """Copies a dense-only collection of the previous layout into this one, adding the BM25 vectors.
+
+        The old collections are left as they are (a backup); drop them once the new ones are checked.
+        """
+        old_points: list[tuple[Any, dict[str, Any], list[float]]] = []
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            records, offset = self._client.scroll(
+                legacy, limit=_SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=True
+            )
+            for r in records:
+                dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+                if r.payload is not None and isinstance(dense, list):
+                    old_points.append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+            if offset is None:
+                break
+        structs = [
+            qm.PointStruct(
+                id=pid, vector={DENSE: dense, **{n: _to_qdrant(v) for n, v in sparse.items()}}, payload=payload
+            )
+            for pid, payload, dense, sparse in migrated_vectors(old_points)
+        ]
+        for start in range(0, len(structs), _SCROLL_PAGE):
+            self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
+        if self._client.collection_exists(f"{legacy}__sets"):
+            records, _ = self._client.scroll(f"{legacy}__sets", limit=100_000, with_payload=True)
+            for r in records:
+                if r.payload:
+                    self.put_set(r.payload["namespace"], r.payload["key"], set_from_payload(r.payload))
+        logger.warning(
+            "migrated %d items from collection %s to the hybrid layout %s", len(structs), legacy, self._items
+        )
+
+    @property
+    def location(self) -> str:
+        return self._location
+
+    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
+        records = newest_records(records)
+        if not records:
+            return
+        before = self._previous(scope, min(r.seq for r in records), context_window) if context_window else []
+        points = {
+            point_id(scope, r.item.id): (
+                r.seq,
+                qm.PointStruct(
+                    id=point_id(scope, r.item.id),
+                    vector={DENSE: list(map(float, r.vector)), **_sparse_for(str(r.item.value), previous)},
+                    payload=to_payload(scope, r),
+                ),
+            )
+            for r, previous in with_context(records, before, context_window)
+        }
+        self._write_newer(points, deleting=False)
+
+    def _write_newer(self, points: Mapping[str, tuple[int, qm.PointStruct]], *, deleting: bool) -> None:
+        """Writes the points (point id -> its write's seq and point) over whatever is stored older (``due``).
+
+        Other workers may write the same points, so each write is a compare-and-set on the ``seq`` read
+        just before it; a point another worker changed in between is read and decided again.
+        """
+        pending = dict(points)
+        for _ in range(_CAS_ROUNDS):
+            if not pending:
+                return
+            with _translated("delete" if deleting else "upsert"):
+                held = self._client.retrieve(
+                    self._items, ids=list(pending), with_payload=["seq", "tombstone"], with_vectors=False
+                )
+            stored = {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
+            wanted = due(stored, {pid: seq for pid, (seq, _) in pending.items()}, deleting=deleting)
+            for part in chunks({pid: pending[pid][0] for pid in wanted}):
+                read = {pid: stored[pid][0] for pid in part if pid in stored}
+                with _translated("delete" if deleting else "upsert"):
+                    self._client.upsert(
+                        self._items,
+                        points=[pending[pid][1] for pid in part],
+                        update_filter=_unchanged_since(read),
+                        wait=True,
+                    )
+            # What was written now holds exactly its seq, so the next read finds nothing due for it; what
+            # another worker changed in between is decided again against its new state.
+            pending = {pid: pending[pid] for pid in wanted}
+        raise TransientStoreError(f"{len(pending)} points kept changing under {_CAS_ROUNDS} compare-and-set rounds")
+
+    def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
+        """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
+        loose = qm.FieldCondition(key="seq", range=qm.Range(lte=float(before_seq) + PREVIOUS_MARGIN))
+        with _translated("scroll"):
+            records, _ = self._client.scroll(
+                self._items,
+                scroll_filter=qm.Filter(must=[*_scope_conditions(*scope), loose], must_not=[_TOMBSTONE]),
+                limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
+                with_payload=True,
+                order_by=qm.OrderBy(key="seq", direction=qm.Direction.DESC),
+            )
+        return previous_texts([r.payload for r in records if r.payload], before_seq, count)
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
+        now = time.time()
+        pairs = [
+            (r.payload["seq"], from_payload(r.payload))
+            for r in records
+            if r.payload and in_scope(r.payload, scope) and is_visible(r.payload, now)
+        ]
+        return sort_by_seq(pairs)
+
+    def _scroll(self, scroll_filter: qm.Filter, limit: int | None = None) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        offset: qm.ExtendedPointId | None = None
+        while limit is None or len(found) < limit:
+            with _translated("scroll"):
+                records, offset = self._client.scroll(
+                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            found.extend(r.payload for r in records if r.payload)
+            if offset is None:
+                break
+        return found if limit is None else found[:limit]
+
+    def set_fields(
+        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
+    ) -> None:
+        if not item_ids:
+            return
+        wanted: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        must: list[qm.Condition] = [qm.HasIdCondition(has_id=wanted)]
+        if seq is not None:
+            must.append(qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq)))  # integer match: exact
+        only_live = qm.FilterSelector(filter=qm.Filter(must=must, must_not=[_TOMBSTONE]))
+        with _translated("payload update"):
+            self._client.set_payload(self._items, payload=dict(fields), points=only_live, wait=True)
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        if not hashes:
+            return {}
+        hash_filter = qm.Filter(
+            must=[*_scope_conditions(*scope), qm.FieldCondition(key="text_hash", match=qm.MatchAny(any=list(hashes)))],
+            must_not=[_expired(time.time())],
+        )
+        return oldest_by_hash(self._scroll(hash_filter))
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        items_only = qm.Filter(must=[_expired(now)], must_not=[_TOMBSTONE])
+        return [(Scope(p["namespace"], p["key"], p["set"]), p["item_id"]) for p in self._scroll(items_only, limit)]
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        scroll_filter = _visible_in(*scope)
+        pairs: list[tuple[int, MemorySetItem]] = []
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            with _translated("scroll"):
+                records, offset = self._client.scroll(
+                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            pairs.extend((r.payload["seq"], from_payload(r.payload)) for r in records if r.payload)
+            if offset is None:
+                return sort_by_seq(pairs)
+
+    def search(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
+    ) -> list[MemorySetItem]:
+        query_filter = qm.Filter(
+            must=[*_scope_conditions(*scope), *_metadata_conditions(filters)], must_not=[_expired(time.time())]
+        )
+        dense = list(map(float, vector))
+        rankers = 1
+        with _translated("search"):
+            if mode == "dense" or not text or not text.strip():
+                response = self._client.query_points(
+                    self._items, query=dense, using=DENSE, query_filter=query_filter, limit=limit, with_payload=True
+                )
+            else:
+                words = _to_qdrant(LEXICAL.query(text))
+                depth = max(PREFETCH, limit)
+                prefetch = [
+                    qm.Prefetch(
+                        query=words, using=name, filter=query_filter, limit=depth, score_threshold=LEXICAL_FLOOR
+                    )
+                    for name in SPARSE_NAMES
+                ]
+                if mode == "hybrid":
+                    prefetch = [
+                        qm.Prefetch(query=dense, using=DENSE, filter=query_filter, limit=depth),
+                        *(_tie_broken(candidates, dense, depth) for candidates in prefetch),
+                    ]
+                rankers = len(prefetch)
+                response = self._client.query_points(
+                    self._items,
+                    prefetch=prefetch,
+                    query=qm.FusionQuery(fusion=qm.Fusion.DBSF),
+                    query_filter=query_filter,
+                    limit=limit,
+                    with_payload=True,
+                )
+        # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
+        return [
+            from_payload(p.payload, score=min(1.0, p.score / rankers)) for p in response.points if p.payload is not None
+        ]
+
+    def count(self, scope: Scope) -> int:
+        with _translated("count"):
+            return self._client.count(self._items, count_filter=_visible_in(*scope), exact=True).count
+
+    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
+        fields = [("namespace", namespace)] + ([("key", key)] if key is not None else [])
+        scope_filter = qm.Filter(must=[qm.FieldCondition(key=f, match=qm.MatchValue(value=v)) for f, v in fields])
+        with _translated("erasure"):
+            stored = qm.Filter(must=[scope_filter], must_not=[_TOMBSTONE])
+            items = self._client.count(self._items, count_filter=stored, exact=True).count
+            records, _ = self._client.scroll(self._sets, scroll_filter=scope_filter, limit=100_000, with_payload=True)
+            sets = [f"{r.payload['key']}:{r.payload['set']}" for r in records if r.payload]
+            for collection in (self._items, self._sets):
+                self._client.delete(collection, points_selector=qm.FilterSelector(filter=scope_filter), wait=True)
+        return items, sets
+
+    def delete_expired(self, now: float, limit: int) -> int:
+        expired = _sweepable(now)
+        with _translated("expiry delete"):
+            due = self._client.count(self._items, count_filter=expired, exact=True).count
+            if due == 0:
+                return 0
+            if due <= limit:
+                self._client.delete(self._items, points_selector=qm.FilterSelector(filter=expired), wait=True)
+                return due
+            records, _ = self._client.scroll(self._items, scroll_filter=expired, limit=limit, with_payload=False)
+            ids: list[qm.ExtendedPointId] = [r.id for r in records]
+            self._client.delete(self._items, points_selector=qm.PointIdsList(points=ids), wait=True)
+            return len(ids)
+
+    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        keep_until = time.time() + self._tombstone_ttl
+        tombstones = {
+            point_id(scope, item_id): (
+                seq,
+                qm.PointStruct(
+                    id=point_id(scope, item_id), vector={}, payload=tombstone_payload(scope, item_id, seq, keep_until)
+                ),
+            )
+            for item_id, seq in versions.items()
+        }
+        if tombstones:
+            self._write_newer(tombstones, deleting=True)
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        stored = qm.Filter(must=_scope_conditions(*scope), must_not=[_TOMBSTONE])
+        return {p["item_id"]: p["seq"] for p in self._scroll(stored)}
+
+    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
+        point = qm.PointStruct(
+            id=set_point_id(namespace, key, definition.name),
+            vector={DENSE: [1.0]},
+            payload=set_to_payload(namespace, key, definition),
+        )
+        with _translated("set registry write"):
+            self._client.upsert(self._sets, points=[point], wait=True)
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        with _translated("set registry read"):
+            records = self._client.retrieve(
+                self._sets, ids=[set_point_id(namespace, key, set_name)], with_payload=True, with_vectors=False
+            )
+        return set_from_payload(records[0].payload) if records and records[0].payload else None
+
+    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
+        existed = self.get_set(namespace, key, set_name) is not None
+        selector = qm.PointIdsList(points=[set_point_id(namespace, key, set_name)])
+        with _translated("set registry delete"):
+            self._client.delete(self._sets, points_selector=selector, wait=True)
+        return existed
+
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        found: list[tuple[str, str, MemorySet]] = []
+        offset: qm.ExtendedPointId | None = None
+        while len(found) < limit:
+            with _translated("set registry scroll"):
+                records, offset = self._client.scroll(self._sets, limit=_SCROLL_PAGE, offset=offset, with_payload=True)
+            found.extend(
+                (r.payload["namespace"], r.payload["key"], set_from_payload(r.payload)) for r in records if r.payload
+            )
+            if offset is None:
+                break
+        return found[:limit]
+
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        found: list[MemorySet] = []
+        offset: qm.ExtendedPointId | None = None
+        scope_filter = qm.Filter(must=_scope_conditions(namespace, key))
+        while True:
+            with _translated("set registry scroll"):
+                records, offset = self._client.scroll(
+                    self._sets, scroll_filter=scope_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+            found.extend(set_from_payload(r.payload) for r in records if r.payload)
+            if offset is None:
+                return sorted(found, key=lambda d: d.name)
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        with _translated("facet"):
+            response = self._client.facet(self._items, key="namespace", limit=limit, exact=True)
+        return {str(hit.value): int(hit.count) for hit in response.hits}
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
+        with _translated("retrieve"):
+            records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=[DENSE])
+        found: dict[str, list[float]] = {}
+        for r in records:
+            dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+            if r.payload and in_scope(r.payload, scope) and isinstance(dense, list):
+                found[str(r.payload["item_id"])] = [float(x) for x in dense]  # type: ignore[arg-type]  # dense: floats
+        return found
+
+    def snapshot(self, target: Path) -> list[str]:
+        # The server writes the snapshots into its own storage (GET /collections/{name}/snapshots lists them);
+        # restore them with its recover API (memory-core restore --snapshot).
+        made = []
+        with _translated("snapshot"):
+            for collection in (self._items, self._sets):
+                description = self._client.create_snapshot(collection, wait=True)
+                if description is None:
+                    raise TransientStoreError(f"Qdrant made no snapshot of {collection}")
+                made.append(f"{collection}/{description.name}")
+        return made
+
+    def optimize(self) -> bool:
+        return False  # a server's optimizers run in the background; local mode has no index to build
+
+    def close(self) -> None:
+        with _translated("close"):
+            self._client.close()

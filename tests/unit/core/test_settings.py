@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.settings import Settings, load_settings, redact_url
+
+ROOT = Path(__file__).parents[3]
+
+
+def _env_names(model: type[BaseModel], prefix: str = "MEMORY_") -> set[str]:
+    names = set()
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            names |= _env_names(annotation, f"{prefix}{name.upper()}__")
+        else:
+            names.add(f"{prefix}{name.upper()}")
+    return names
+
+
+def test_every_name_in_env_example_maps_to_a_setting():
+    known = _env_names(Settings)
+    written = set()
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        line = line.lstrip("# ").strip()
+        if line.startswith("MEMORY_") and "=" in line:
+            written.add(line.split("=", 1)[0])
+    assert written - known == set()
+    assert known - written == set(), "document every setting in .env.example"
+
+
+def test_nested_variables_are_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_REDIS__URL", "redis://cache:6380/2")
+    monkeypatch.setenv("MEMORY_CELERY__CONCURRENCY", "8")
+    settings = load_settings(_env_file=None)
+    assert settings.redis.url == "redis://cache:6380/2"
+    assert settings.celery.concurrency == 8
+    assert settings.broker_url == "redis://cache:6380/2"
+
+
+def test_a_wrong_value_names_the_variable(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_CELERY__CONCURRENCY", "many")
+    with pytest.raises(ConfigurationError, match="MEMORY_CELERY__CONCURRENCY"):
+        load_settings(_env_file=None)
+
+
+def test_a_bad_redis_url_is_refused_without_showing_its_password(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_REDIS__URL", "http://user:hunter2@host/0")
+    with pytest.raises(ConfigurationError, match="MEMORY_REDIS__URL") as info:
+        load_settings(_env_file=None)
+    assert "hunter2" not in str(info.value)
+
+
+def test_secrets_never_show_in_repr(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_ANTHROPIC__API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("MEMORY_AUTH__TOKENS", '{"tok-secret": "acme"}')
+    monkeypatch.setenv("MEMORY_CLIENT__TOKEN", "tok-secret")
+    settings = load_settings(_env_file=None)
+    assert "sk-ant-secret" not in repr(settings)
+    assert "tok-secret" not in repr(settings)
+    assert settings.anthropic.api_key is not None
+    assert settings.anthropic.api_key.get_secret_value() == "sk-ant-secret"
+
+
+def test_redact_url_hides_only_the_password():
+    assert redact_url("redis://:pw@host:6379/0") == "redis://:***@host:6379/0"
+    assert redact_url("rediss://user:pw@host/0") == "rediss://user:***@host/0"
+    assert redact_url("redis://host/0") == "redis://host/0"
+
+
+def test_a_visibility_timeout_within_the_retry_backoff_is_refused(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_CELERY__VISIBILITY_TIMEOUT", "30")
+    with pytest.raises(ConfigurationError, match=r"visibility_timeout \(30s\) must exceed retry_backoff_max \(60s\)"):
+        load_settings(_env_file=None)
+    monkeypatch.setenv("MEMORY_CELERY__RETRY_BACKOFF_MAX", "20")
+    assert load_settings(_env_file=None).celery.visibility_timeout == 30
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("MEMORY_FLOWER__BASIC_AUTH", "only-a-user-secret"), ("MEMORY_AUTH__TOKENS", "not json secret")],
+)
+def test_a_malformed_secret_is_refused_without_showing_it(monkeypatch: pytest.MonkeyPatch, variable: str, value: str):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=variable) as info:
+        load_settings(_env_file=None)
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_an_empty_secret_is_no_secret(monkeypatch: pytest.MonkeyPatch, blank: str):
+    # docker-compose.yml passes MEMORY_ANTHROPIC__API_KEY= when no key is given.
+    for name in ("ANTHROPIC__API_KEY", "QDRANT__API_KEY", "AUTH__TOKENS", "CLIENT__TOKEN", "FLOWER__BASIC_AUTH"):
+        monkeypatch.setenv(f"MEMORY_{name}", blank)
+    settings = load_settings(_env_file=None)
+    assert settings.anthropic.api_key is None
+    assert settings.qdrant.api_key is None
+    assert settings.auth.tokens is None
+    assert settings.client.token is None
+    assert settings.flower.basic_auth is None
+
+
+def test_an_empty_api_key_means_the_offline_summarizer(caplog: pytest.LogCaptureFixture):
+    from memory_core.engine.compaction import open_summarizer
+    from memory_core.engine.compaction.extractive import ExtractiveSummarizer
+    from memory_core.engine.embedders.hashing import HashingEmbedder
+
+    settings = Settings(_env_file=None, anthropic={"api_key": ""})
+    with caplog.at_level("WARNING"):
+        assert isinstance(open_summarizer(settings, HashingEmbedder()), ExtractiveSummarizer)
+    assert "offline extractive summarizer" in caplog.text
+
+
+def test_a_misspelled_setting_is_named_with_the_closest_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    monkeypatch.setenv("MEMORY_QDRANT__PATHH", "/data")
+    monkeypatch.setenv("MEMORY_REDIS_URL", "redis://elsewhere")
+    monkeypatch.setenv("MEMORY_NOTHING_LIKE_IT", "1")
+    monkeypatch.setenv("MEMORY_TEST_REDIS_URL", "redis://tests")  # the test suite's own
+    with caplog.at_level("WARNING"):
+        load_settings(_env_file=None)
+    assert "MEMORY_QDRANT__PATHH is not a memory-core setting and is ignored; did you mean MEMORY_QDRANT__PATH?" in (
+        caplog.text
+    )
+    assert (
+        "MEMORY_REDIS_URL is not a memory-core setting and is ignored; did you mean MEMORY_REDIS__URL?" in caplog.text
+    )
+    assert "MEMORY_NOTHING_LIKE_IT is not a memory-core setting and is ignored; see .env.example" in caplog.text
+    assert "MEMORY_TEST_REDIS_URL" not in caplog.text
+
+
+def test_every_setting_says_what_it_means():
+    # The Configuration page is generated from these descriptions (ops/docs_hooks.py): a setting without
+    # one would be a row that says nothing.
+    missing = [
+        f"MEMORY_{group.upper()}__{name.upper()}"
+        for group, field in Settings.model_fields.items()
+        for name, inner in field.annotation.model_fields.items()  # type: ignore[union-attr]
+        if not (inner.description or "").strip()
+    ]
+    assert missing == []
