@@ -104,8 +104,7 @@ class QdrantSettings(_Group):
     """Start of the collection names: one collection per embedding model and layout
     (``<prefix>_<model>_v2``). Changing it points the workers at new, empty collections; the old ones stay."""
     timeout: float = Field(default=10.0, gt=0)
-    """Seconds a request to the Qdrant server may take (``backend=server``; qdrant-client takes whole
-    seconds)."""
+    """Seconds a request to the Qdrant server may take (``backend=server``; rounded up to whole seconds)."""
     tombstone_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
     """Seconds a deleted item's tombstone refuses older writes of it (redelivered tasks, replayed dead
     letters). Must exceed ``VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX`` (``MEMORY_CELERY__*``) and

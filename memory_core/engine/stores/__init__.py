@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from memory_core.core.errors import ConfigurationError
-from memory_core.core.settings import QdrantSettings
+from memory_core.core.settings import QdrantSettings, redact_url
 from memory_core.engine.stores.base import ItemRecord, VectorStore, point_id
 
 __all__ = ["ItemRecord", "VectorStore", "collection_name", "open_store", "point_id"]
@@ -54,6 +54,12 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
         if not settings.url:
             raise ConfigurationError(
                 "MEMORY_QDRANT__BACKEND='server' needs MEMORY_QDRANT__URL (e.g. http://qdrant:6333)"
+            )
+        if not settings.url.startswith(("http://", "https://")):
+            # Without a scheme, qdrant-client would take it for a local directory and start an empty store there.
+            raise ConfigurationError(
+                f"MEMORY_QDRANT__URL must be an http:// or https:// URL with MEMORY_QDRANT__BACKEND='server', "
+                f"got {redact_url(settings.url)!r} (e.g. http://qdrant:6333)"
             )
         api_key = settings.api_key.get_secret_value() if settings.api_key else None
         return QdrantVectorStore.connect(

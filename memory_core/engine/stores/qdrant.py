@@ -10,6 +10,7 @@ collection holds set definitions.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -191,7 +192,8 @@ class QdrantVectorStore:
     ) -> QdrantVectorStore:
         """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
         if url.startswith(("http://", "https://")):
-            client = QdrantClient(url=url, api_key=api_key, timeout=int(timeout))
+            # qdrant-client takes whole seconds: round up, so 0.5 s does not become no time at all.
+            client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout))
         else:
             client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
         return cls(

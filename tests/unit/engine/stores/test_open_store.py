@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import pytest
+
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.settings import QdrantSettings
+from memory_core.engine.stores import open_store
+
+
+@pytest.mark.parametrize("url", ["qdrant:6333", "/var/lib/qdrant", "grpc://qdrant:6334"])
+def test_a_server_url_without_http_is_refused_before_anything_is_opened(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # qdrant-client would create the "directory" here
+    settings = QdrantSettings(backend="server", url=url)
+    with pytest.raises(ConfigurationError, match=r"MEMORY_QDRANT__URL must be an http:// or https:// URL") as err:
+        open_store(settings, model_name="hashing", dimension=8)
+    assert repr(url) in str(err.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_server_backend_needs_a_url():
+    with pytest.raises(ConfigurationError, match="needs MEMORY_QDRANT__URL"):
+        open_store(QdrantSettings(backend="server"), model_name="hashing", dimension=8)
