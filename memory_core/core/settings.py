@@ -262,8 +262,7 @@ class SessionSettings(_Group):
     ``client.session()`` names another."""
     promotion_capacity: int = Field(default=10_000, ge=1)
     """Capacity (items, compacted into summaries past it) of the sets a session creates: its promotion set and
-    the vector strategy's. A set created with another capacity refuses the new one (``SetDefinitionConflict``):
-    change it together with ``PROMOTION_SET``."""
+    the vector strategy's. For new sets only: a set made under another value keeps its own capacity."""
     summary_model: str = Field(default="claude-haiku-4-5", min_length=1)
     """The Claude model that folds session messages into the summary (unless the request names another) and
     extracts entities; used only when ``MEMORY_ANTHROPIC__API_KEY`` is set."""

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis
 
-from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MessageRole
+from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MessageRole, SetDefinitionConflict
 from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from memory_core.tiers.session import combined
@@ -202,6 +202,22 @@ def test_promoted_messages_outlive_the_session_keys(client: MemoryClient, namesp
     found = sessions_set.search("roses", limit=1)
     assert found
     assert "roses" in str(found[0].value)
+
+
+def test_a_changed_promotion_capacity_keeps_existing_sessions_saving(
+    client: MemoryClient, settings: Settings, namespace: str
+):
+    _talk(client.session(namespace, "before", key="user-8").buffer(), 1)
+    changed = settings.model_copy(update={"session": settings.session.model_copy(update={"promotion_capacity": 50})})
+    with MemoryClient(changed) as restarted:  # an app restarted with another MEMORY_SESSION__PROMOTION_CAPACITY
+        _talk(restarted.session(namespace, "after", key="user-8").buffer(), 1)
+        sessions_set = restarted.long_term(namespace, "user-8").get_memory_set("sessions")
+        assert sessions_set.capacity == 10_000  # the set keeps the definition it was made with
+        wait_for(lambda: sessions_set.size() == 4, 30)
+        # A set of another item type under the session set's name is a real conflict, and says so.
+        restarted.long_term(namespace, "user-9").get_or_create_memory_set("sessions", item_type=str)
+        with pytest.raises(SetDefinitionConflict, match="holds str items, not ChatMessage"):
+            restarted.session(namespace, "other", key="user-9").buffer().save({"input": "hi"}, {"output": "hello"})
 
 
 def test_finish_folds_the_session_into_a_promoted_summary(client: MemoryClient, namespace: str):

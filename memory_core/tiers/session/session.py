@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import redis
 
 from memory_core.core import routing
-from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.errors import BrokerUnavailable, SetDefinitionConflict
 from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.core.models import ChatMessage, MemorySet, MessageRole
 from memory_core.core.settings import redact_url
@@ -186,7 +186,18 @@ class Session:
         if name not in self._sets:
             capacity = self._client.settings.session.promotion_capacity
             ltm = self._client.long_term(self.namespace, self.key)
-            self._sets[name] = ltm.get_or_create_memory_set(name, item_type=item_type, capacity=capacity)
+            try:
+                self._sets[name] = ltm.get_or_create_memory_set(name, item_type=item_type, capacity=capacity)
+            except SetDefinitionConflict:
+                # The set was made under another MEMORY_SESSION__PROMOTION_CAPACITY (or by hand): the setting
+                # is for new sets, and a changed setting must not stop every existing user's sessions saving.
+                existing = ltm.get_memory_set(name)
+                if existing.item_type is not item_type:
+                    raise SetDefinitionConflict(
+                        f"session set {name!r} of namespace {self.namespace!r}, key {self.key!r} holds "
+                        f"{existing.item_type.__name__} items, not {item_type.__name__}; pick another set_name"
+                    ) from None
+                self._sets[name] = existing
         return self._sets[name]
 
     def _run(self, task: str, request: Any, reply: type[R], wait: bool) -> R | None:
