@@ -112,6 +112,23 @@ def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp
     version = _run(venv, tmp_path, str(venv / "bin" / "memory-core"), "--version")
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"memory-core {metadata.version('memory-core')}"
+    assert _worker_finds_a_fact(venv, tmp_path) == "Alice is allergic to peanuts."
+
+
+@pytest.mark.timeout(900)
+def test_a_worker_runs_at_the_floor_of_every_worker_range(wheel: Path, tmp_path: Path):
+    # The worker extra's own floors (Celery, the Qdrant engines, onnxruntime, the SDK...), with the base
+    # dependencies at whatever those floors resolve to: the oldest worker a deployment may build must embed.
+    where = tmp_path / "worker-floor-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
+    pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, f"{wheel}[worker]", *_floors("worker")], check=True, timeout=900)
+    assert _worker_finds_a_fact(where, tmp_path) == "Alice is allergic to peanuts."
+
+
+def _worker_finds_a_fact(venv: Path, tmp_path: Path) -> str:
+    """Runs ``celery -A workers.app worker`` from ``venv``; a client from the same venv adds two facts and
+    searches; returns what the search found first."""
     redis.Redis.from_url(REDIS_URL).flushdb()
     env = {
         "MEMORY_REDIS__URL": REDIS_URL,
@@ -147,7 +164,7 @@ def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp
                 break
             time.sleep(1)
         assert done.returncode == 0, done.stderr + (tmp_path / "worker.log").read_text()[-3000:]
-        assert done.stdout.strip() == "Alice is allergic to peanuts."
+        return done.stdout.strip()
     finally:
         worker.terminate()
         worker.wait(timeout=60)
@@ -155,11 +172,11 @@ def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp
         redis.Redis.from_url(REDIS_URL).flushdb()
 
 
-def _floors() -> list[str]:
-    """Each base dependency pinned at the lowest version its range in pyproject.toml allows."""
+def _floors(extra: str | None = None) -> list[str]:
+    """Each base dependency (or each of ``extra``'s) pinned at the lowest version its range in pyproject.toml allows."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = []
-    for line in project["dependencies"]:
+    for line in project["optional-dependencies"][extra] if extra else project["dependencies"]:
         requirement = Requirement(line)
         (floor,) = [spec.version for spec in requirement.specifier if spec.operator == ">="]
         extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
