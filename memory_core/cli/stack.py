@@ -41,6 +41,14 @@ def register(sub: Any) -> None:
     flower = sub.add_parser("flower", help="run Flower: basic auth from MEMORY_FLOWER__BASIC_AUTH, or --dev")
     flower.add_argument("--dev", action="store_true", help="no authentication, and only on 127.0.0.1")
     flower.set_defaults(run=_flower, passthrough=True)
+    mcp = sub.add_parser("mcp", help="serve the memory tools over MCP: stdio, or streamable HTTP with --http")
+    mcp.add_argument(
+        "--http", action="store_true", help="streamable HTTP at /mcp, bearer tokens from MEMORY_AUTH__TOKENS"
+    )
+    mcp.add_argument("--dev", action="store_true", help="with --http: no auth, loopback only, MEMORY_MCP__NAMESPACE")
+    mcp.add_argument("--host", help="listen address with --http (default MEMORY_MCP__ADDRESS)")
+    mcp.add_argument("--port", type=int, help="port with --http (default MEMORY_MCP__PORT)")
+    mcp.set_defaults(run=_mcp)
 
 
 def worker_args(settings: Settings) -> list[str]:
@@ -244,3 +252,27 @@ def _status_rows(report: dict[str, Any]) -> list[str]:
     size = f", {store['bytes'] / 1e6:.1f} MB" if "bytes" in store else ""
     rows.append(f"store    {store['backend']} at {store['location']}{size}")
     return rows
+
+
+def _mcp(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        from memory_core.servers import mcp
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"memory-core mcp needs the MCP SDK (missing {exc.name!r}): pip install 'memory-core[mcp]'"
+        ) from exc
+    settings = load_settings()
+    host = args.host or settings.mcp.address
+    port = args.port or settings.mcp.port
+    mcp.check(settings, http=args.http, dev=args.dev, host=host)
+    url = f"http://{host}:{port}"
+    server, scopes = mcp.build_server(settings, http_url=url if args.http else None)
+    try:
+        if args.http:
+            print(f"memory-core mcp: serving {url}/mcp", file=sys.stderr, flush=True)
+            server.run("streamable-http", host=host, port=port)
+        else:
+            server.run()
+    finally:
+        scopes.close()
+    return EXIT_OK

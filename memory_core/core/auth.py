@@ -56,6 +56,15 @@ class TokenMap:
         digest = _digest(token)
         return any(hmac.compare_digest(digest, d) and ns == namespace for d, ns in self._grants)
 
+    def namespace_of(self, token: str) -> str | None:
+        """The namespace ``token`` grants, or None (every grant is compared, in constant time each)."""
+        digest = _digest(token)
+        found = None
+        for grant, namespace in self._grants:
+            if hmac.compare_digest(digest, grant):
+                found = namespace
+        return found
+
     def token_for(self, namespace: str) -> str | None:
         """A token granting ``namespace`` (for tasks the workers enqueue themselves, like compactions)."""
         return self._token_of.get(namespace)

@@ -299,6 +299,24 @@ class ProfileSettings(_Group):
     and Redis is refilled from. Changing it strands the profiles stored under the old name."""
 
 
+class McpSettings(_Group):
+    """``memory-core mcp``: the MCP server's scope and where it listens with ``--http``."""
+
+    namespace: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The namespace every tool acts on over stdio (and with ``--http --dev``). Over HTTP with
+    ``MEMORY_AUTH__TOKENS``, the namespace is the one the caller's bearer token grants instead."""
+    key: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The key (user, agent) inside the namespace that the tools read and write; no tool can change it."""
+    set_name: str = Field(default="memories", pattern=r"^[A-Za-z0-9_.-]{1,128}$")
+    """The long-term set tools use when they are given none; created on the first ``add_memory``."""
+    set_capacity: int = Field(default=1_000, ge=1)
+    """Capacity of that set when the server creates it (items, compacted into summaries past it)."""
+    address: str = "127.0.0.1"
+    """Where ``memory-core mcp --http`` listens."""
+    port: int = Field(default=8765, ge=1, le=65535)
+    """The port of ``memory-core mcp --http``; the endpoint is ``/mcp``."""
+
+
 class CheckpointSettings(_Group):
     """Agent checkpoints, kept in Redis per thread and checkpoint namespace: how long and how many."""
 
@@ -503,6 +521,7 @@ class Settings(BaseSettings):
     recall: RecallSettings = RecallSettings()
     batching: BatchingSettings = BatchingSettings()
     profile: ProfileSettings = ProfileSettings()
+    mcp: McpSettings = McpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
     stack: StackSettings = StackSettings()

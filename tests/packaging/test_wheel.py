@@ -26,7 +26,17 @@ from tests.integration.processes import celery_process
 ROOT = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15").rsplit("/", 1)[0] + "/3"
 
-WORKER_ONLY = ["celery", "qdrant_edge", "qdrant_client", "onnxruntime", "tokenizers", "numpy", "anthropic", "flower"]
+WORKER_ONLY = [
+    "celery",
+    "qdrant_edge",
+    "qdrant_client",
+    "onnxruntime",
+    "tokenizers",
+    "numpy",
+    "anthropic",
+    "flower",
+    "mcp",
+]
 
 pytestmark = pytest.mark.slow
 
@@ -105,6 +115,9 @@ def test_the_plain_install_is_the_client_alone_and_says_what_a_worker_needs(clie
     worker = _run(client_venv, tmp_path, str(client_venv / "bin" / "memory-core"), "worker")
     assert worker.returncode == 2
     assert worker.stderr.strip().endswith("pip install 'memory-core[worker]'"), worker.stderr
+    mcp = _run(client_venv, tmp_path, str(client_venv / "bin" / "memory-core"), "mcp")
+    assert mcp.returncode == 2
+    assert mcp.stderr.strip().endswith("pip install 'memory-core[mcp]'"), mcp.stderr
 
 
 @pytest.mark.timeout(900)

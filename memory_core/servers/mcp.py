@@ -1,0 +1,317 @@
+"""memory-core as an MCP server: the tools an assistant uses to remember, over stdio or streamable HTTP.
+
+Every tool acts on one scope, (namespace, key), that the model cannot choose: over stdio it comes from
+``MEMORY_MCP__NAMESPACE`` and ``MEMORY_MCP__KEY``; over HTTP the namespace is the one the caller's bearer
+token grants (``MEMORY_AUTH__TOKENS``), and the client sends that same token to the workers, which check
+it again. No tool takes a namespace argument.
+
+Tools are plain functions over the synchronous client; the SDK runs them in worker threads, so a call
+that waits for a worker never blocks the server's event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import threading
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field, SecretStr
+
+from memory_core.client import MemoryClient
+from memory_core.client.admin import Admin
+from memory_core.core import routing
+from memory_core.core.auth import TokenMap
+from memory_core.core.dispatch import open_redis
+from memory_core.core.errors import ConfigurationError, MemoryCoreError, MemorySetNotFound
+from memory_core.core.liveness import consumers
+from memory_core.core.models import MemorySet, MemorySetItem
+from memory_core.core.settings import Settings
+from memory_core.tiers.short_term import MemoryObject
+
+INSTRUCTIONS = (
+    "Long-term memory for this user. Search it before answering questions about the user or earlier work "
+    "(search_memory, or recall for one ranked block across every tier); store durable facts, preferences "
+    "and decisions with add_memory, one fact per item. Working memory holds scratch state for the current task."
+)
+
+SetName = Annotated[str | None, Field(description="A memory set of this scope; the default set when omitted.")]
+
+
+class Memory(BaseModel):
+    """One stored memory."""
+
+    id: str
+    text: str
+    score: float | None = None
+    metadata: dict[str, Any] = {}
+
+
+class Memories(BaseModel):
+    memories: list[Memory]
+
+
+class Stored(BaseModel):
+    ids: list[str]
+
+
+class Deleted(BaseModel):
+    deleted: int
+
+
+class Recalled(BaseModel):
+    context: str
+    items: list[dict[str, Any]]
+
+
+class SetSummary(BaseModel):
+    name: str
+    size: int
+    capacity: int
+
+
+class Sets(BaseModel):
+    sets: list[SetSummary]
+
+
+class Status(BaseModel):
+    namespace: str
+    key: str
+    queues: dict[str, int]
+
+
+class Scopes:
+    """The (namespace, key) of the current call and a client acting with its credentials."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.key = settings.mcp.key
+        self._tokens = TokenMap.from_secret(settings.auth.tokens)
+        self._clients: dict[str | None, MemoryClient] = {}
+        self._lock = threading.Lock()
+
+    def current(self) -> tuple[MemoryClient, str]:
+        """The client and namespace of this call: the bearer token's over HTTP, the configured one otherwise."""
+        access = get_access_token()
+        if access is not None:
+            return self._client(access.token), access.client_id
+        namespace = self.settings.mcp.namespace
+        if namespace is None:  # checked at start-up; a call can only get here through a misuse of this class
+            raise ConfigurationError("set MEMORY_MCP__NAMESPACE: the namespace every tool acts on")
+        return self._client(None), namespace
+
+    def _client(self, token: str | None) -> MemoryClient:
+        with self._lock:
+            if token not in self._clients:
+                settings = self.settings
+                if token is not None:  # the caller's own token goes to the workers, which check it again
+                    client = settings.client.model_copy(update={"token": SecretStr(token)})
+                    settings = settings.model_copy(update={"client": client})
+                self._clients[token] = MemoryClient(settings)
+            return self._clients[token]
+
+    def verify(self, token: str) -> AccessToken | None:
+        """The namespace ``token`` grants, as the SDK's access token (``client_id``), or None."""
+        if self._tokens is None:
+            return None
+        namespace = self._tokens.namespace_of(token)
+        if namespace is None:
+            return None
+        return AccessToken(token=token, client_id=namespace, scopes=[])
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients.values():
+                client.close()
+            self._clients.clear()
+
+
+class _Verifier:
+    def __init__(self, scopes: Scopes) -> None:
+        self._scopes = scopes
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return self._scopes.verify(token)
+
+
+class MemoryTools:
+    """The tools. Each docstring's first line is the description the model reads."""
+
+    def __init__(self, scopes: Scopes) -> None:
+        self._scopes = scopes
+        self._settings = scopes.settings.mcp
+
+    def add_memory(
+        self,
+        texts: Annotated[list[str], Field(description="The memories to store, each a self-contained sentence.")],
+        set_name: SetName = None,
+        importance: Annotated[float | None, Field(ge=0, le=1, description="0..1; higher is kept longer.")] = None,
+        pinned: Annotated[bool, Field(description="Never evicted or expired.")] = False,
+    ) -> Stored:
+        """Store facts, preferences or decisions in long-term memory; one fact per text."""
+        memories = self._writable(set_name)
+        return Stored(ids=memories.add(list(texts), importance=importance, pinned=pinned or None))
+
+    def search_memory(
+        self,
+        query: Annotated[str, Field(description="What to look for, in natural language.")],
+        set_name: SetName = None,
+        limit: Annotated[int, Field(ge=1, le=100)] = 5,
+        mode: Literal["hybrid", "dense", "lexical"] = "hybrid",
+    ) -> Memories:
+        """Search long-term memory by meaning and words; best matches first."""
+        memories = self._existing(set_name)
+        found = memories.search(query, limit=limit, mode=mode) if memories is not None else []
+        return Memories(memories=[_memory(item) for item in found])
+
+    def get_memories(self, ids: list[str] | None = None, set_name: SetName = None) -> Memories:
+        """Read stored memories by id, or all of a set in the order they were stored."""
+        memories = self._existing(set_name)
+        return Memories(memories=[_memory(item) for item in memories.get(ids)] if memories is not None else [])
+
+    def delete_memory(self, ids: list[str], set_name: SetName = None) -> Deleted:
+        """Delete stored memories by id."""
+        memories = self._existing(set_name)
+        return Deleted(deleted=memories.delete(ids) if memories is not None else 0)
+
+    def recall(
+        self,
+        query: str,
+        limit: Annotated[int, Field(ge=1, le=100)] = 8,
+        token_budget: Annotated[int | None, Field(ge=1)] = None,
+        session_id: str | None = None,
+    ) -> Recalled:
+        """One ranked block of what is relevant to a query, across every memory tier."""
+        client, namespace = self._scopes.current()
+        reply = client.recall(
+            namespace, self._settings.key, query, limit=limit, token_budget=token_budget, session_id=session_id
+        )
+        return Recalled(context=reply.context, items=[item.model_dump(mode="json") for item in reply.items])
+
+    def list_memory_sets(self) -> Sets:
+        """The memory sets of this user, with their sizes."""
+        client, namespace = self._scopes.current()
+        infos = Admin(client).list_sets(namespace, self._settings.key)
+        return Sets(
+            sets=[SetSummary(name=i.definition.name, size=i.size, capacity=i.definition.capacity) for i in infos]
+        )
+
+    def get_working_memory(self, path: str | None = None) -> dict[str, Any]:
+        """Read working memory (scratch state of the current task): one dotted path, or all of it."""
+        client, namespace = self._scopes.current()
+        state = client.short_term(namespace, self._settings.key)
+        value = state.get(path) if path else state.get_fields()
+        if isinstance(value, MemoryObject):
+            value = value.get_fields()
+        return {"path": path, "value": _jsonable(value)}
+
+    def set_working_memory(self, path: str, value: Any) -> dict[str, Any]:
+        """Set a value in working memory at a dotted path (like plan.step); it lasts a day unless set again."""
+        client, namespace = self._scopes.current()
+        with client.short_term(namespace, self._settings.key) as state:
+            state.set(path, value)
+        return {"path": path, "stored": True}
+
+    def memory_status(self) -> Status:
+        """Whether memory works: this scope, and how many live workers serve each queue."""
+        client, namespace = self._scopes.current()
+        queues = sorted(set(routing.ROUTES.values()))
+        live = {queue: len(consumers(client.dispatcher_redis, client.keys, queue)) for queue in queues}
+        return Status(namespace=namespace, key=self._settings.key, queues=live)
+
+    def _writable(self, set_name: str | None) -> MemorySet:
+        # The default set is made on the first write; any other must exist (MemorySetNotFound says so).
+        client, namespace = self._scopes.current()
+        ltm = client.long_term(namespace, self._settings.key)
+        name = set_name or self._settings.set_name
+        if name == self._settings.set_name:
+            return ltm.get_or_create_memory_set(name, capacity=self._settings.set_capacity)
+        return ltm.get_memory_set(name)
+
+    def _existing(self, set_name: str | None) -> MemorySet | None:
+        client, namespace = self._scopes.current()
+        try:
+            return client.long_term(namespace, self._settings.key).get_memory_set(set_name or self._settings.set_name)
+        except MemorySetNotFound:
+            return None  # nothing stored there yet: nothing to find, read or delete
+
+
+TOOLS = (
+    "add_memory",
+    "search_memory",
+    "get_memories",
+    "delete_memory",
+    "recall",
+    "list_memory_sets",
+    "get_working_memory",
+    "set_working_memory",
+    "memory_status",
+)
+
+
+def build_server(settings: Settings, *, http_url: str | None = None) -> tuple[MCPServer, Scopes]:
+    """The MCP server and the scopes it serves. ``http_url``: served over HTTP there, with bearer tokens."""
+    scopes = Scopes(settings)
+    auth: dict[str, Any] = {}
+    if http_url is not None and settings.auth.tokens is not None:
+        auth = {
+            "token_verifier": _Verifier(scopes),
+            "auth": AuthSettings(issuer_url=http_url, resource_server_url=http_url),
+        }
+    server: MCPServer = MCPServer("memory-core", instructions=INSTRUCTIONS, **auth)
+    tools = MemoryTools(scopes)
+    for name in TOOLS:
+        method = _reported(getattr(tools, name))
+        server.tool(name=name, description=(method.__doc__ or "").strip().splitlines()[0])(method)
+    return server, scopes
+
+
+def _reported(tool: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool, with our errors reported to the model as they are (the SDK hides other exceptions' text)."""
+
+    @functools.wraps(tool)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return tool(*args, **kwargs)
+        except MemoryCoreError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+    return run
+
+
+def _memory(item: MemorySetItem) -> Memory:
+    value = item.value if isinstance(item.value, str) else item.value.content
+    return Memory(id=item.id, text=value, score=item.score, metadata=item.additional_metadata)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def check(settings: Settings, *, http: bool, dev: bool, host: str) -> None:
+    """Refuses a configuration that would serve the wrong tenant or anyone at all, before serving."""
+    if not http and settings.mcp.namespace is None:
+        raise ConfigurationError("memory-core mcp needs MEMORY_MCP__NAMESPACE: the namespace every tool acts on")
+    if http and settings.auth.tokens is None:
+        if not dev:
+            raise ConfigurationError(
+                "memory-core mcp --http needs MEMORY_AUTH__TOKENS (bearer token -> namespace), or --dev for a "
+                "loopback-only server without auth on MEMORY_MCP__NAMESPACE"
+            )
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ConfigurationError(f"--dev serves without auth on loopback only, not on {host!r}")
+        if settings.mcp.namespace is None:
+            raise ConfigurationError("memory-core mcp --dev needs MEMORY_MCP__NAMESPACE")
+    open_redis(settings).ping()  # a wrong MEMORY_REDIS__URL fails here, with the CLI's one line
