@@ -91,7 +91,6 @@ class Scopes:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.key = settings.mcp.key
         self._tokens = TokenMap.from_secret(settings.auth.tokens)
         self._clients: dict[str | None, MemoryClient] = {}
         self._lock = threading.Lock()
@@ -116,8 +115,8 @@ class Scopes:
                 self._clients[token] = MemoryClient(settings)
             return self._clients[token]
 
-    def verify(self, token: str) -> AccessToken | None:
-        """The namespace ``token`` grants, as the SDK's access token (``client_id``), or None."""
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The SDK's token check: the namespace ``token`` grants, as the access token's ``client_id``, or None."""
         if self._tokens is None:
             return None
         namespace = self._tokens.namespace_of(token)
@@ -130,14 +129,6 @@ class Scopes:
             for client in self._clients.values():
                 client.close()
             self._clients.clear()
-
-
-class _Verifier:
-    def __init__(self, scopes: Scopes) -> None:
-        self._scopes = scopes
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        return self._scopes.verify(token)
 
 
 class MemoryTools:
@@ -261,7 +252,7 @@ def build_server(settings: Settings, *, http_url: str | None = None) -> tuple[MC
     auth: dict[str, Any] = {}
     if http_url is not None and settings.auth.tokens is not None:
         auth = {
-            "token_verifier": _Verifier(scopes),
+            "token_verifier": scopes,
             "auth": AuthSettings(issuer_url=http_url, resource_server_url=http_url),
         }
     server: MCPServer = MCPServer("memory-core", instructions=INSTRUCTIONS, **auth)
