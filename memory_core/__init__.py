@@ -5,6 +5,7 @@ and persist to Qdrant; Redis is the broker and shared cache.
 """
 
 from memory_core.client import LongTermMemory, MemoryClient, WriteReceipt
+from memory_core.client.aio import AsyncLongTermMemory, AsyncMemoryClient, AsyncWriteReceipt
 from memory_core.core.errors import (
     AuthorizationError,
     BrokerUnavailable,
@@ -42,6 +43,9 @@ from memory_core.tiers.session import Session, combined
 from memory_core.tiers.short_term import MemoryObject, ShortTermMemory
 
 __all__ = [
+    "AsyncLongTermMemory",
+    "AsyncMemoryClient",
+    "AsyncWriteReceipt",
     "AuthorizationError",
     "BrokerUnavailable",
     "ChatMessage",

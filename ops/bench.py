@@ -5,14 +5,19 @@ Measured in one run on the same texts:
   (b) client -> broker -> worker -> embed -> embedded Qdrant -> durable, in batched add calls,
   and search p50/p95 through the queue (client -> worker -> reply);
   then compaction of a set of --compaction-items: with the offline extractive summarizer, and with
-  the real anthropic SDK against a fake Messages API on loopback (model calls and tokens per 1,000 items).
+  the real anthropic SDK against a fake Messages API on loopback (model calls and tokens per 1,000 items);
+  then the doors: search and add p50/p95 through the sync client and through the MCP server over stdio
+  (the MCP SDK's own client), side by side on the same worker and set of --door-facts facts.
 
-    ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000]
+    ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000] [--door-facts 200]
+    ops/bench --doors    # the doors alone
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import os
 import random
 import shutil
@@ -28,9 +33,17 @@ from typing import Any
 import numpy as np
 import qdrant_edge as qe
 import redis
-from stack import RUN_DIR, clear_prefix, isolated_env, redis_server, worker
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from stack import ROOT, RUN_DIR, VENV_BIN, clear_prefix, isolated_env, redis_server, worker
 
-from memory_core import CompactionConfig, MemoryClient, NoWorkerAvailable, WriteReceipt, load_settings
+from memory_core import (
+    CompactionConfig,
+    LongTermMemory,
+    MemoryClient,
+    NoWorkerAvailable,
+    WriteReceipt,
+    load_settings,
+)
 from memory_core.core import routing
 from memory_core.core.dispatch import open_redis
 from memory_core.core.liveness import consumers
@@ -106,6 +119,11 @@ def _timed(call: Callable[[str], object], queries: list[str]) -> list[float]:
     return latencies
 
 
+def _tagged(search: Callable[..., object], tag: str) -> Callable[[str], object]:
+    """``search`` (limit 10) of each query with `` (tag)`` appended: a text no earlier call asked."""
+    return lambda query: search(f"{query} ({tag})", limit=10)
+
+
 def _ttl_sweep(count: int) -> tuple[float, float]:
     """Seconds to write ``count`` already-expired points to an embedded engine, and to sweep them."""
     store = EdgeVectorStore(RUN_DIR / "bench-ttl", collection="ttl", dimension=384)
@@ -159,7 +177,7 @@ def _conditional_writes(count: int, batch: int) -> dict[str, float]:
                 memory_set_name="notes", id=str(i), value=f"note {i}", created_time=now, last_accessed_time=now
             ),
             seq=1_700_000_000_000_000_000 + i,
-            vector=rng.standard_normal(384, dtype=np.float32),
+            vector=rng.standard_normal(384, dtype=np.float32).tolist(),
         )
         for i in range(count)
     ]
@@ -296,7 +314,7 @@ def _big_search(env: dict[str, str], count: int, queries: list[str]) -> dict[str
         notes = client.long_term("bench", "big").get_memory_set("notes")
         notes.search("warm-up query", limit=10)
         rss = [_rss_mb(process.pid)]
-        rounds = [_timed(lambda q, r=r: notes.search(f"{q} (round {r})", limit=10), queries) for r in range(3)]
+        rounds = [_timed(_tagged(notes.search, f"round {r}"), queries) for r in range(3)]
         rss.append(_rss_mb(process.pid))
         dense = _timed(lambda q: notes.search(f"{q} (dense)", limit=10, mode="dense"), queries)
         rss.append(_rss_mb(process.pid))
@@ -338,11 +356,132 @@ def _tiers(client: MemoryClient, queries: list[str]) -> dict[str, list[float]]:
     session = client.session("bench", "chat", key="k")
     memory, window = session.buffer(), session.window(k=5)
     for turn in range(50):
-        timed("save", lambda t=turn: memory.save({"input": f"question {t}"}, {"output": f"answer {t}"}))
+        timed("save", functools.partial(memory.save, {"input": f"question {turn}"}, {"output": f"answer {turn}"}))
         timed("window", lambda: window.load({"input": "next"}))
     for query in queries[:50]:
-        timed("recall", lambda q=query: client.recall("bench", "k", q, session_id="chat", limit=10))
+        timed("recall", functools.partial(client.recall, "bench", "k", query, session_id="chat", limit=10))
     return timings
+
+
+DOORS_NAMESPACE = "bench-doors"
+DOORS_SET = "facts"
+DOORS_CAPACITY = 100_000
+
+
+def _doors(client: MemoryClient, env: dict[str, str], facts: int, calls: int) -> dict[str, list[float]]:
+    """Latencies (ms) through two doors to one worker and one set of ``facts`` facts: the sync client, and the
+    MCP server (``memory-core mcp``) spawned over stdio and called with the MCP SDK's own client.
+
+    ``calls`` searches (limit 5), then ``calls`` adds of one text until durable, through both doors in turn.
+    Every query and added text is new to the run (one base text per pair, tagged with its door), so each
+    call misses the client's caches and the worker's embedding cache, which stay on.
+    """
+    ltm = client.long_term(DOORS_NAMESPACE, "k")
+    ltm.get_or_create_memory_set(DOORS_SET, capacity=DOORS_CAPACITY)
+    texts = corpus(facts + calls, seed=13)
+    ltm.add(DOORS_SET, texts[:facts], wait=True)
+    # Query texts never stored ("(note i)" stripped), each base text once.
+    queries = list(dict.fromkeys(t.rsplit(" (", 1)[0] for t in corpus(calls * 4, seed=17)))[:calls]
+    server_env = {  # the environment the worker gets (the SDK passes only a few variables of its own)
+        **os.environ,
+        **env,
+        "MEMORY_MCP__NAMESPACE": DOORS_NAMESPACE,
+        "MEMORY_MCP__KEY": "k",
+        "MEMORY_MCP__SET_NAME": DOORS_SET,
+        "MEMORY_MCP__SET_CAPACITY": str(DOORS_CAPACITY),
+    }
+    timings = asyncio.run(_through_doors(ltm, server_env, {"search": queries, "add": texts[facts:]}))
+    # What the server's tools do before each call (a round trip through the queue each), as the client does it.
+    timings["client lookup"] = _timed(lambda _: ltm.get_memory_set(DOORS_SET), queries)
+    timings["client create"] = _timed(
+        lambda _: ltm.get_or_create_memory_set(DOORS_SET, capacity=DOORS_CAPACITY), queries
+    )
+    return timings
+
+
+async def _through_doors(
+    ltm: LongTermMemory, server_env: dict[str, str], texts: dict[str, list[str]]
+) -> dict[str, list[float]]:
+    params = StdioServerParameters(command=str(VENV_BIN / "memory-core"), args=["mcp"], env=server_env, cwd=ROOT)
+    timings: dict[str, list[float]] = {f"{door} {op}": [] for op in texts for door in ("client", "mcp")}
+    with (RUN_DIR / "bench-mcp.log").open("w") as log:
+        async with stdio_client(params, errlog=log) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+
+            async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+                result = await session.call_tool(name, arguments)
+                data: dict[str, Any] | None = result.structured_content
+                if result.is_error or data is None:
+                    raise SystemExit(f"the MCP server's {name} failed: {result.content}")
+                return data
+
+            # Each call returns how many results it got: 5 found, or 1 id stored.
+            async def client_search(query: str) -> int:
+                return len(ltm.search(DOORS_SET, query, limit=5))
+
+            async def mcp_search(query: str) -> int:
+                return len((await tool("search_memory", {"query": query, "limit": 5}))["memories"])
+
+            async def client_add(text: str) -> int:
+                return len(ltm.add(DOORS_SET, [text], wait=True))
+
+            async def mcp_add(text: str) -> int:
+                return len((await tool("add_memory", {"texts": [text]}))["ids"])
+
+            calls = {"search": (client_search, mcp_search, 5), "add": (client_add, mcp_add, 1)}
+            for op, (direct, served, expected) in calls.items():
+                await direct(f"warm-up {op} (door a)")  # the server's first call connects its own client
+                await served(f"warm-up {op} (door b)")
+                for i, text in enumerate(texts[op]):
+                    # The same base text through each door, tagged so neither finds it cached; who goes first alternates.
+                    pair = [("client", direct, f"{text} (door a)"), ("mcp", served, f"{text} (door b)")]
+                    for door, call, tagged in pair if i % 2 == 0 else pair[::-1]:
+                        started = time.perf_counter()
+                        got = await call(tagged)
+                        timings[f"{door} {op}"].append((time.perf_counter() - started) * 1000)
+                        assert got == expected, f"{door} {op} returned {got} results, not {expected}"
+    return timings
+
+
+def _print_doors(doors: dict[str, list[float]], facts: int) -> None:
+    searches, adds = len(doors["client search"]), len(doors["client add"])
+    print(
+        f"\nmemory-core bench, doors: one worker, a {facts}-fact set, {searches} searches and {adds} adds through "
+        f"each door, interleaved ({os.cpu_count()} cores)\n"
+        "Caches on; every query and added text is new to the run (the same base text per pair, tagged with its "
+        "door), so every call misses the client's read caches and the worker's embedding cache.\n"
+    )
+    labels = {
+        "client search": "`long_term(ns, key).search(set, query, limit=5)`",
+        "mcp search": "`search_memory` (limit 5)",
+        "client add": "`add(set, [text], wait=True)`, until durable",
+        "mcp add": "`add_memory` of one text, until durable",
+        "client lookup": "`get_memory_set(set)` alone: `search_memory` makes one before it searches",
+        "client create": "`get_or_create_memory_set(set)` alone: `add_memory` makes one before it adds",
+    }
+    doors_named = {"client": "Python client (sync)", "mcp": "MCP server (stdio, SDK `ClientSession`)"}
+    print("| door | op | p50 ms | p95 ms | overhead p50 vs client |")
+    print("|---|---|---|---|---|")
+    for op, first in (("search", "lookup"), ("add", "create")):
+        base = statistics.median(doors[f"client {op}"])
+        for door, what in (("client", op), ("mcp", op), ("client", first)):
+            values = doors[f"{door} {what}"]
+            p50 = statistics.median(values)
+            overhead = f"{p50 - base:+.2f} ms (x{p50 / base:.2f})" if door == "mcp" else ""
+            print(
+                f"| {doors_named[door]} | {labels[f'{door} {what}']} | {p50:.2f} | {percentile(values, 0.95):.2f} "
+                f"| {overhead} |"
+            )
+
+
+def _only_doors(args: argparse.Namespace) -> None:
+    """``--doors``: the doors section alone, on a worker of its own."""
+    env = isolated_env("bench")
+    settings = load_settings()
+    with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
+        doors = _doors(client, env, args.door_facts, args.searches)
+    _print_doors(doors, args.door_facts)
 
 
 def main() -> None:
@@ -354,7 +493,12 @@ def main() -> None:
     parser.add_argument("--ttl-items", type=int, default=100_000)
     parser.add_argument("--big-items", type=int, default=100_000)
     parser.add_argument("--conditional-items", type=int, default=5_000)
+    parser.add_argument("--door-facts", type=int, default=200)
+    parser.add_argument("--doors", action="store_true", help="run only the doors section (client vs MCP server)")
     args = parser.parse_args()
+    if args.doors:
+        _only_doors(args)
+        return
 
     env = isolated_env("bench")
     shutil.rmtree(RUN_DIR / "bench-ttl", ignore_errors=True)
@@ -412,6 +556,7 @@ def main() -> None:
         heartbeats = open_redis(settings)
         check_ms = _timed(lambda q: consumers(heartbeats, client.keys, routing.READ_QUEUE), queries[:100])
         heartbeats.close()
+        doors = _doors(client, env, args.door_facts, args.searches)
 
     # The worker is gone (it withdrew its heartbeat on its way out): how long until a caller is told.
     with redis_server(settings.redis.url), MemoryClient(settings) as idle:
@@ -475,9 +620,9 @@ def main() -> None:
         f"| (writing the {args.big_items:,} items straight into the engine and building its index took "
         f"{big['write_s']:.1f} s) | |"
     )
-    for size, rates in conditional.items():
-        pairs = [f"{what} {rates[f'plain {what}']:,.0f} / {rates[f'monotonic {what}']:,.0f}" for what in _WRITES]
-        ratios = " / ".join(f"{rates[f'monotonic {what}'] / rates[f'plain {what}']:.2f}" for what in _WRITES)
+    for size, by_write in conditional.items():
+        pairs = [f"{what} {by_write[f'plain {what}']:,.0f} / {by_write[f'monotonic {what}']:,.0f}" for what in _WRITES]
+        ratios = " / ".join(f"{by_write[f'monotonic {what}'] / by_write[f'plain {what}']:.2f}" for what in _WRITES)
         print(
             f"| engine writes of {args.conditional_items:,} points in batches of {size}, plain / monotonic "
             f"(stored seq read and compared first; deletes write tombstones), items/s: {', '.join(pairs)} | "
@@ -496,6 +641,8 @@ def main() -> None:
         f"| per 1,000 items folded (fake API) | {claude.model_calls * per_1000:.1f} model calls, "
         f"{claude.input_tokens * per_1000:,.0f} input + {claude.output_tokens * per_1000:,.0f} output tokens |"
     )
+
+    _print_doors(doors, args.door_facts)
 
 
 if __name__ == "__main__":

@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memory_core.core.messages import RecallCandidate
+from memory_core.core.steps import Operation
+from memory_core.tiers.session.history import HistoryOperations
 from memory_core.tiers.short_term import MemoryObject
-
-if TYPE_CHECKING:
-    from memory_core.tiers.session import Session
-    from memory_core.tiers.short_term import ShortTermMemory
 
 _MAX_TEXT = 2_000
 
 
-def from_short_term(state: ShortTermMemory, limit: int) -> list[RecallCandidate]:
+def from_short_term(state: MemoryObject, limit: int) -> list[RecallCandidate]:
     """One candidate per value in the state, as ``"path: value"``; bytes are left out (they are not text)."""
     found: list[RecallCandidate] = []
     _walk(state, found, limit)
@@ -41,13 +39,13 @@ def _as_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=lambda v: "<bytes>")
 
 
-def from_session(session: Session, last: int, limit: int) -> list[RecallCandidate]:
+def from_session(history: HistoryOperations, last: int, limit: int) -> Operation[list[RecallCandidate]]:
     """The session's summary and newest messages, each as the long-term set would store it (``"role: content"``)."""
     found: list[RecallCandidate] = []
-    summary = session.summary_state().summary
+    summary = (yield from history.summary_state()).summary
     if summary:
         found.append(RecallCandidate(tier="session", text=f"Summary: {summary}"[:_MAX_TEXT], ref="summary"))
-    for entry in reversed(session.history.entries(last=last)):
+    for entry in reversed((yield from history.entries(last=last))):
         if len(found) >= limit:
             break
         if entry.content.strip():

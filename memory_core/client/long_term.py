@@ -1,16 +1,22 @@
-"""Long-term memory sets of one (namespace, key): the handle apps use to add, get, search and delete."""
+"""Long-term memory sets of one (namespace, key): the handle apps use to add, get, search and delete.
+
+``LongTermOperations`` holds the logic of every call once, as operations (``core.steps``);
+``LongTermMemory`` runs them blocking and ``AsyncLongTermMemory`` (``client.aio``) awaits them.
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memory_core.client.checks import ITEM_ID, SET_NAME, check_query, checked, lifecycle_fields
-from memory_core.client.reads import search_digest
+from memory_core.client.coalescing import Sent
+from memory_core.client.reads import ReadCache, search_digest
 from memory_core.core import routing
+from memory_core.core.cache.definitions import DefinitionCache
 from memory_core.core.dispatch import Dispatcher
 from memory_core.core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
 from memory_core.core.messages import (
@@ -39,7 +45,8 @@ from memory_core.core.models import (
     SearchMode,
     utcnow,
 )
-from memory_core.core.settings import redact_url
+from memory_core.core.settings import Settings, redact_url
+from memory_core.core.steps import Call, Operation, SubmitAdd, Wait
 from memory_core.core.validation import (
     check_filters,
     check_metadata,
@@ -50,6 +57,24 @@ from memory_core.core.validation import (
 
 if TYPE_CHECKING:
     from memory_core.client.client import MemoryClient
+
+
+class ClientParts(Protocol):
+    """What the operations need of a client, blocking or asyncio."""
+
+    settings: Settings
+    definitions: DefinitionCache
+    reads: ReadCache | None
+
+    def reserve_seq(self, count: int) -> int: ...
+
+
+SetRef = MemorySet | str
+
+
+def stored_ids(reply: dict[str, Any], offset: int, count: int) -> list[str]:
+    """The ids stored for the ``count`` items at ``offset`` of an add task's items."""
+    return AddReply.model_validate(reply).ids[offset : offset + count]
 
 
 @dataclass(frozen=True)
@@ -72,139 +97,81 @@ class WriteReceipt:
         if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
             return self.ids
         stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared, task=routing.ADD)
-        return AddReply.model_validate(stored).ids[self._offset : self._offset + len(self.ids)]
+        return stored_ids(stored, self._offset, len(self.ids))
 
 
-SetRef = MemorySet | str
+class LongTermOperations:
+    """Every long-term call of one ``(namespace, key)`` as an operation: validation, requests, caches, replies.
 
-
-class LongTermMemory:
-    """Memory sets of one ``(namespace, key)``; the Flink Agents long-term memory API.
-
-    Decisions where the API could be read several ways:
-
-    * ``get_or_create_memory_set`` with a different definition for an existing name raises
-      ``SetDefinitionConflict``: the first definition wins.
-    * ``add`` with an id that exists replaces that item (value, metadata, time, position).
-    * ``add([])`` returns ``[]`` and sends nothing.
+    ``bind`` turns a definition the store returned into what the handle gives back.
     """
 
-    def __init__(self, client: MemoryClient, namespace: str, key: str) -> None:
+    def __init__(self, client: ClientParts, namespace: str, key: str, bind: Callable[[MemorySet], MemorySet]) -> None:
         self._client = client
         self.namespace = namespace
         self.key = key
-
-    def __repr__(self) -> str:
-        return f"LongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
-
-    # -- set administration -------------------------------------------------
+        self._bind = bind
 
     def get_or_create_memory_set(
-        self,
-        name: str,
-        item_type: type[str | ChatMessage] = str,
-        capacity: int = 100,
-        compaction_config: CompactionConfig | None = None,
-        *,
-        ttl_seconds: int | None = None,
-        eviction: EvictionPolicy | None = None,
-        dedup: DedupMode | None = None,
-        dedup_threshold: float = 0.95,
-        context_window: int = 2,
-    ) -> MemorySet:
-        """Returns the set ``name``, creating it with this definition if it does not exist.
-
-        ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
-        importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
-        or ``none`` (default for chat sets). ``context_window``: how many earlier items are indexed with each
-        item for lexical search (2; 0 for sets of unrelated facts).
-        """
+        self, name: str, item_type: Any, capacity: Any, context_window: Any, **options: Any
+    ) -> Operation[MemorySet]:
         fields = {
             "name": checked(SET_NAME, name, "memory set name"),
             "item_type": item_type,
             "capacity": capacity,
-            "compaction_config": compaction_config or CompactionConfig(),
-            "ttl_seconds": ttl_seconds,
-            "eviction": eviction,
-            "dedup": dedup,
-            "dedup_threshold": dedup_threshold,
             "context_window": context_window,
+            **options,
+            "compaction_config": options.get("compaction_config") or CompactionConfig(),
         }
         definition = parse(MemorySet, fields, f"memory set definition {name!r}")
         request = CreateSetRequest(namespace=self.namespace, key=self.key, definition=definition)
-        reply = SetReply.model_validate(self._call(routing.CREATE_SET, request, definition.name))
+        reply = SetReply.model_validate((yield self._call(routing.CREATE_SET, request, definition.name)))
         assert reply.definition is not None
         self._client.definitions.put(self.namespace, self.key, reply.definition)
-        return reply.definition.bind(self)
+        return self._bind(reply.definition)
 
-    def get_memory_set(self, name: str) -> MemorySet:
-        """The set ``name``; raises ``MemorySetNotFound`` when it does not exist."""
+    def get_memory_set(self, name: str) -> Operation[MemorySet]:
         set_name = checked(SET_NAME, name, "memory set name")
         request = SetRequest(namespace=self.namespace, key=self.key, set_name=set_name)
-        reply = SetReply.model_validate(self._call(routing.GET_SET, request, set_name))
+        reply = SetReply.model_validate((yield self._call(routing.GET_SET, request, set_name)))
         if reply.definition is None:
             self._client.definitions.forget(self.namespace, self.key, set_name)
             raise self._not_found(set_name)
         self._client.definitions.put(self.namespace, self.key, reply.definition)
-        return reply.definition.bind(self)
+        return self._bind(reply.definition)
 
-    def delete_memory_set(self, name: str) -> bool:
-        """Deletes the set and all its items; False when it did not exist."""
+    def delete_memory_set(self, name: str) -> Operation[bool]:
         set_name = checked(SET_NAME, name, "memory set name")
         self._client.definitions.forget(self.namespace, self.key, set_name)
         seq = self._client.reserve_seq(1)  # from the clock that orders the set's writes
         request = DeleteSetRequest(namespace=self.namespace, key=self.key, set_name=set_name, seq=seq)
-        reply = CountReply.model_validate(self._call(routing.DELETE_SET, request, set_name))
+        reply = CountReply.model_validate((yield self._call(routing.DELETE_SET, request, set_name)))
         self._client.definitions.forget(self.namespace, self.key, set_name)
         return reply.count > 0
 
-    # -- items ----------------------------------------------------------------
-
-    def size(self, memory_set: SetRef) -> int:
-        """The number of items in the set."""
+    def size(self, memory_set: SetRef) -> Operation[int]:
         request = self._set_request(memory_set)
-        return CountReply.model_validate(self._call(routing.SIZE, request, request.set_name)).count
+        return CountReply.model_validate((yield self._call(routing.SIZE, request, request.set_name))).count
 
     def add(
         self,
         memory_set: SetRef,
         items: Sequence[str | ChatMessage],
-        ids: Sequence[str] | None = None,
-        metadatas: Sequence[dict[str, Any]] | None = None,
+        ids: Sequence[str] | None,
+        metadatas: Sequence[dict[str, Any]] | None,
+        lifecycle: dict[str, Any],
         *,
-        wait: bool = True,
-        **lifecycle: Any,
-    ) -> list[str]:
-        """Adds items; returns their ids, in the order given.
-
-        With ``wait=True`` (the default) it returns once the worker has stored them durably, with the
-        id each item is stored under (its own, or the existing item a deduplicating set folded it into).
-        With ``wait=False`` it returns the ids sent as soon as the broker has accepted the task.
-        Lifecycle keywords, each one value for all items or a list with one per item: ``importance``
-        (0..1, default 0.5), ``source`` (free text), ``pinned`` (never evicted or expired by policy),
-        ``ttl`` (whole seconds, up to 100 years) or ``expires_at`` (an aware datetime within 100 years of
-        now); without either, the set's default TTL. Metadata ints must fit in signed 64 bits.
-        Everything is validated before anything is enqueued.
-        """
+        wait: bool,
+    ) -> Operation[list[str]]:
         # wait=True: told now, with nothing enqueued, that no worker would answer (after validation: bad
         # input is reported as such, worker or not).
-        receipt = self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=wait)
-        if wait:
-            return receipt.wait()
-        return receipt.ids
+        ids_sent, sent = yield from self.submit(memory_set, items, ids, metadatas, lifecycle, need_worker=wait)
+        if not wait or sent is None:
+            return ids_sent
+        reply = yield Wait(self.namespace, sent.task_id, routing.ADD, shared=sent.shared)
+        return stored_ids(reply, sent.offset, len(ids_sent))
 
     def submit(
-        self,
-        memory_set: SetRef,
-        items: Sequence[str | ChatMessage],
-        ids: Sequence[str] | None = None,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        **lifecycle: Any,
-    ) -> WriteReceipt:
-        """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
-        return self._submit(memory_set, items, ids, metadatas, lifecycle, need_worker=False)
-
-    def _submit(
         self,
         memory_set: SetRef,
         items: Sequence[str | ChatMessage],
@@ -213,8 +180,9 @@ class LongTermMemory:
         lifecycle: dict[str, Any],
         *,
         need_worker: bool,
-    ) -> WriteReceipt:
-        definition = self._definition(memory_set)
+    ) -> Operation[tuple[list[str], Sent | None]]:
+        """The ids sent and where they went (None for an empty add, which sends nothing)."""
+        definition = yield from self._definition(memory_set)
         if isinstance(items, str | bytes) or not isinstance(items, Sequence):
             raise InvalidRequestError(f"items must be a list of values, got {type(items).__name__}")
         count = len(items)
@@ -227,7 +195,7 @@ class LongTermMemory:
         for i, value in enumerate(items):
             check_value(value, definition.item_type, f"item {i}", limits)
         if count == 0:
-            return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=self._client.dispatcher)
+            return [], None
         now = utcnow()
         per_item = lifecycle_fields(lifecycle, count, now)
         first_seq = self._client.reserve_seq(count)
@@ -248,25 +216,21 @@ class LongTermMemory:
             for i in range(count)
         ]
         request = AddRequest(namespace=self.namespace, key=self.key, set_name=definition.name, items=new_items)
-        if need_worker:
-            self._client.dispatcher.require_worker(routing.ADD)
-        sent = self._client.adds.send(request)
-        return WriteReceipt(ids, sent.task_id, self.namespace, self._client.dispatcher, sent.offset, sent.shared)
+        sent: Sent = yield SubmitAdd(request, need_worker)
+        return ids, sent
 
-    def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
-        """Compacts the set now, even below capacity, and waits for the report."""
+    def compact(self, memory_set: SetRef, timeout: float | None) -> Operation[CompactionReport]:
         base = self._set_request(memory_set)
         request = CompactRequest(namespace=base.namespace, key=base.key, set_name=base.set_name, force=True)
         limit = max(self._client.settings.client.timeout, 600.0) if timeout is None else timeout
-        reply = self._client.dispatcher.call(routing.COMPACT, request, self._summary(base.set_name), limit)
+        reply = yield Call(routing.COMPACT, request, self._summary(base.set_name), limit)
         return CompactionReport.model_validate(reply)
 
-    def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
-        """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""
+    def get(self, memory_set: SetRef, ids: Sequence[str] | None) -> Operation[list[MemorySetItem]]:
         request = self._ids_request(memory_set, ids)
         reads = self._client.reads
         if reads is None or request.ids is None:
-            reply = self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
+            reply = yield self._call(routing.GET, request, request.set_name, ids=len(request.ids or ()))
             return ItemsReply.model_validate(reply).items
         scope = request.scope
         found, version, online = reads.items(scope, request.ids)
@@ -275,37 +239,23 @@ class LongTermMemory:
             if not online:
                 raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
             fetch = request.model_copy(update={"ids": missing})
-            fetched = ItemsReply.model_validate(
-                self._call(routing.GET, fetch, request.set_name, ids=len(missing))
-            ).items
+            reply = yield self._call(routing.GET, fetch, request.set_name, ids=len(missing))
+            fetched = ItemsReply.model_validate(reply).items
             reads.store_items(scope, version, fetched)
             found.update((item.id, item) for item in fetched)
         return sorted(found.values(), key=lambda item: item.seq or 0)
 
-    def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
-        """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
+    def delete(self, memory_set: SetRef, ids: Sequence[str] | None) -> Operation[int]:
         ids_request = self._ids_request(memory_set, ids)
         # Ordered against the items' writes by the same clock: an add issued after this delete survives it,
         # and one issued before it never brings the items back (a redelivered task included).
         request = DeleteRequest(**dict(ids_request), seq=self._client.reserve_seq(1))
-        reply = self._call(routing.DELETE, request, request.set_name, ids=len(request.ids or ()))
+        reply = yield self._call(routing.DELETE, request, request.set_name, ids=len(request.ids or ()))
         return CountReply.model_validate(reply).count
 
     def search(
-        self,
-        memory_set: SetRef,
-        query: str,
-        limit: int = 10,
-        filters: dict[str, Any] | None = None,
-        *,
-        mode: SearchMode = "hybrid",
-    ) -> list[MemorySetItem]:
-        """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
-
-        ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
-        ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
-        ``{"source": "chat"}``, or a list for any-of; values are str or 64-bit int.
-        """
+        self, memory_set: SetRef, query: str, limit: int, filters: dict[str, Any] | None, mode: SearchMode
+    ) -> Operation[list[MemorySetItem]]:
         limits = self._client.settings.limits
         check_query(query, limit, limits)
         filters = {} if filters is None else filters
@@ -325,21 +275,21 @@ class LongTermMemory:
         )
         reads = self._client.reads
         if reads is None:
-            return ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+            return ItemsReply.model_validate((yield self._call(routing.SEARCH, request, set_name, limit=limit))).items
         scope, digest = request.scope, search_digest(query, limit, filters, mode)
         cached, version, online = reads.search(scope, digest)
         if cached is not None:
             return cached
         if not online:
             raise BrokerUnavailable(f"Redis at {redact_url(self._client.settings.redis.url)} is unreachable")
-        items = ItemsReply.model_validate(self._call(routing.SEARCH, request, set_name, limit=limit)).items
+        items = ItemsReply.model_validate((yield self._call(routing.SEARCH, request, set_name, limit=limit))).items
         reads.store_search(scope, version, digest, items)
         return items
 
     # -- helpers --------------------------------------------------------------
 
-    def _call(self, task: str, request: Any, set_name: str, **counts: int) -> dict[str, Any]:
-        return self._client.dispatcher.call(task, request, self._summary(set_name, **counts))
+    def _call(self, task: str, request: Any, set_name: str, **counts: int) -> Call:
+        return Call(task, request, self._summary(set_name, **counts))
 
     def _summary(self, set_name: str, **counts: int) -> str:
         # What Flower and logs show for a task: scope and counts, never memory text.
@@ -356,12 +306,12 @@ class LongTermMemory:
     def _set_request(self, memory_set: SetRef) -> SetRequest:
         return SetRequest(namespace=self.namespace, key=self.key, set_name=self._set_name(memory_set))
 
-    def _definition(self, memory_set: SetRef) -> MemorySet:
+    def _definition(self, memory_set: SetRef) -> Operation[MemorySet]:
         if isinstance(memory_set, MemorySet):
             return memory_set
         set_name = self._set_name(memory_set)
         cached = self._client.definitions.get(self.namespace, self.key, set_name)
-        return cached if cached is not None else self.get_memory_set(set_name)
+        return cached if cached is not None else (yield from self.get_memory_set(set_name))
 
     def _ids_request(self, memory_set: SetRef, ids: Sequence[str] | None) -> IdsRequest:
         valid = None
@@ -393,3 +343,133 @@ class LongTermMemory:
             check_metadata(metadata, f"metadatas[{i}]", self._client.settings.limits)
             copies.append(json.loads(json.dumps(metadata)))  # each item its own copy; shared dicts stay apart
         return copies
+
+
+class LongTermMemory:
+    """Memory sets of one ``(namespace, key)``; the Flink Agents long-term memory API.
+
+    Decisions where the API could be read several ways:
+
+    * ``get_or_create_memory_set`` with a different definition for an existing name raises
+      ``SetDefinitionConflict``: the first definition wins.
+    * ``add`` with an id that exists replaces that item (value, metadata, time, position).
+    * ``add([])`` returns ``[]`` and sends nothing.
+    """
+
+    def __init__(self, client: MemoryClient, namespace: str, key: str) -> None:
+        self._client = client
+        self.namespace = namespace
+        self.key = key
+        self._ops = LongTermOperations(client, namespace, key, lambda definition: definition.bind(self))
+
+    def __repr__(self) -> str:
+        return f"LongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
+
+    # -- set administration -------------------------------------------------
+
+    def get_or_create_memory_set(
+        self,
+        name: str,
+        item_type: type[str | ChatMessage] = str,
+        capacity: int = 100,
+        compaction_config: CompactionConfig | None = None,
+        *,
+        ttl_seconds: int | None = None,
+        eviction: EvictionPolicy | None = None,
+        dedup: DedupMode | None = None,
+        dedup_threshold: float = 0.95,
+        context_window: int = 2,
+    ) -> MemorySet:
+        """Returns the set ``name``, creating it with this definition if it does not exist.
+
+        ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
+        importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
+        or ``none`` (default for chat sets). ``context_window``: how many earlier items are indexed with each
+        item for lexical search (2; 0 for sets of unrelated facts).
+        """
+        options: dict[str, Any] = {"compaction_config": compaction_config, "ttl_seconds": ttl_seconds}
+        options |= {"eviction": eviction, "dedup": dedup, "dedup_threshold": dedup_threshold}
+        operation = self._ops.get_or_create_memory_set(name, item_type, capacity, context_window, **options)
+        return self._client.run(operation)
+
+    def get_memory_set(self, name: str) -> MemorySet:
+        """The set ``name``; raises ``MemorySetNotFound`` when it does not exist."""
+        return self._client.run(self._ops.get_memory_set(name))
+
+    def delete_memory_set(self, name: str) -> bool:
+        """Deletes the set and all its items; False when it did not exist."""
+        return self._client.run(self._ops.delete_memory_set(name))
+
+    # -- items ----------------------------------------------------------------
+
+    def size(self, memory_set: SetRef) -> int:
+        """The number of items in the set."""
+        return self._client.run(self._ops.size(memory_set))
+
+    def add(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        *,
+        wait: bool = True,
+        **lifecycle: Any,
+    ) -> list[str]:
+        """Adds items; returns their ids, in the order given.
+
+        With ``wait=True`` (the default) it returns once the worker has stored them durably, with the
+        id each item is stored under (its own, or the existing item a deduplicating set folded it into).
+        With ``wait=False`` it returns the ids sent as soon as the broker has accepted the task.
+        Lifecycle keywords, each one value for all items or a list with one per item: ``importance``
+        (0..1, default 0.5), ``source`` (free text), ``pinned`` (never evicted or expired by policy),
+        ``ttl`` (whole seconds, up to 100 years) or ``expires_at`` (an aware datetime within 100 years of
+        now); without either, the set's default TTL. Metadata ints must fit in signed 64 bits.
+        Everything is validated before anything is enqueued.
+        """
+        return self._client.run(self._ops.add(memory_set, items, ids, metadatas, lifecycle, wait=wait))
+
+    def submit(
+        self,
+        memory_set: SetRef,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None = None,
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        **lifecycle: Any,
+    ) -> WriteReceipt:
+        """Like ``add(wait=False)``, returning a receipt that can be waited on for durability."""
+        operation = self._ops.submit(memory_set, items, ids, metadatas, lifecycle, need_worker=False)
+        sent_ids, sent = self._client.run(operation)
+        dispatcher = self._client.dispatcher
+        if sent is None:
+            return WriteReceipt(ids=[], task_id="", namespace=self.namespace, _dispatcher=dispatcher)
+        return WriteReceipt(sent_ids, sent.task_id, self.namespace, dispatcher, sent.offset, sent.shared)
+
+    def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
+        """Compacts the set now, even below capacity, and waits for the report."""
+        return self._client.run(self._ops.compact(memory_set, timeout))
+
+    def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
+        """Items by id (unknown ids are left out), or every item when ``ids`` is None; insertion order."""
+        return self._client.run(self._ops.get(memory_set, ids))
+
+    def delete(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> int:
+        """Deletes items by id, or every item when ``ids`` is None (the set stays); returns how many existed."""
+        return self._client.run(self._ops.delete(memory_set, ids))
+
+    def search(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        filters: dict[str, Any] | None = None,
+        *,
+        mode: SearchMode = "hybrid",
+    ) -> list[MemorySetItem]:
+        """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
+
+        ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
+        ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
+        ``{"source": "chat"}``, or a list for any-of; values are str or 64-bit int.
+        """
+        return self._client.run(self._ops.search(memory_set, query, limit, filters, mode))

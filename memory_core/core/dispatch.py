@@ -26,10 +26,11 @@ from memory_core.core import tracing
 from memory_core.core.auth import AUTH_HEADER
 from memory_core.core.errors import BrokerUnavailable, MemoryCoreError, NoWorkerAvailable, ReplyTimeout, error_types
 from memory_core.core.keys import Keys
-from memory_core.core.liveness import MISSED_BEATS, consumers
+from memory_core.core.liveness import MISSED_BEATS, alive
 from memory_core.core.messages import NamespaceRequest, Reply
 from memory_core.core.routing import ROUTES
 from memory_core.core.settings import Settings, redact_url
+from memory_core.core.steps import Command, Operation, Pipeline, Sleep, on_redis, run
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,12 @@ def open_redis(settings: Settings, *, url: str | None = None) -> redis.Redis:
         decode_responses=False,
         health_check_interval=30,
     )
+
+
+def client_token(settings: Settings) -> Callable[[str], str | None]:
+    """The token a client sends for any namespace: its own (``MEMORY_CLIENT__TOKEN``), or none."""
+    token = settings.client.token.get_secret_value() if settings.client.token else None
+    return lambda namespace: token
 
 
 def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str) -> tuple[Any, dict[str, Any]]:
@@ -83,8 +90,143 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str
     return body, headers
 
 
-class Dispatcher:
-    """Publishes task messages to their queues and waits for replies. Thread-safe."""
+class Dispatching:
+    """What both dispatchers share: task messages, worker checks and reply waits (as operations, see ``core.steps``)."""
+
+    def __init__(self, settings: Settings, keys: Keys, token_for: Callable[[str], str | None] | None = None) -> None:
+        self._settings = settings
+        self._keys = keys
+        # Which token to send for a namespace: the client's own, or (in workers) the one that grants it.
+        self._token_for = token_for or client_token(settings)
+        # When each queue was last seen consumed: a hot loop of calls reads the heartbeats once a beat.
+        self._consumed_at: dict[str, float] = {}
+        self._beat = settings.celery.heartbeat_interval
+        self.closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this memory-core client is closed; create a new one")
+
+    def message(
+        self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None
+    ) -> tuple[str, str, Any, dict[str, Any]]:
+        """A new task's id, its queue, and the body and headers of its message (with the namespace's token)."""
+        task_id = str(uuid.uuid4())
+        body, headers = celery_message(task, task_id, kwargs, summary)
+        token = self._token_for(namespace) if namespace else None
+        if token:
+            headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
+        return task_id, ROUTES[task], body, headers
+
+    def requiring(self, task: str) -> Operation[None]:
+        """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
+        self._check_open()
+        queue = ROUTES[task]
+        # A worker beats every interval: one that is up but whose last beat was lost (Redis restarted
+        # without persistence) is found again within one, so look that long before saying none is up.
+        deadline = time.monotonic() + self._beat
+        try:
+            while not (consumed := (yield from self._consumed(queue))) and time.monotonic() < deadline:
+                yield Sleep(min(0.1, self._beat))
+        except redis.RedisError as exc:
+            url = redact_url(self._settings.redis.url)
+            raise BrokerUnavailable(f"cannot read worker heartbeats from Redis at {url}: {exc}") from exc
+        if not consumed:
+            raise NoWorkerAvailable(
+                f"no worker consumes queue {queue!r} (none has sent a heartbeat in the last "
+                f"{self._beat * MISSED_BEATS:g}s); nothing was enqueued. Start one: memory-core up, "
+                f"or celery -A workers.app worker -Q {queue}"
+            )
+
+    def _consumed(self, queue: str) -> Operation[bool]:
+        now = time.monotonic()
+        if now - self._consumed_at.get(queue, -1e9) < self._beat:
+            return True
+        live = bool((yield from alive(self._keys, self._keys.queue_workers(queue))))
+        if live:
+            self._consumed_at[queue] = now
+        return live
+
+    def waiting(
+        self,
+        namespace: str,
+        task_id: str,
+        timeout: float | None = None,
+        *,
+        shared: bool = False,
+        task: str | None = None,
+    ) -> Operation[dict[str, Any]]:
+        """Waits until the worker replies; returns the result or raises the worker's typed error.
+
+        ``shared``: other callers wait for the same task (coalesced adds), so the reply is put back
+        for them after it is read; the copy left over expires with the reply's TTL.
+        ``task``: its name; while no live worker consumes its queue for ``client.worker_grace`` seconds,
+        the wait ends with ``NoWorkerAvailable`` (the task stays queued and runs when a worker starts).
+        """
+        self._check_open()
+        limit = self._settings.client.timeout if timeout is None else timeout
+        queue = ROUTES.get(task or "")
+        unconsumed_since: float | None = None
+        key = self._keys.reply(namespace, task_id)
+        deadline = time.monotonic() + limit
+        # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
+        slice_seconds = max(0.1, self._settings.redis.socket_timeout * 0.8)
+        popped = None
+        lost_since: float | None = None  # when Redis stopped answering, while it is not answering
+        while popped is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ReplyTimeout(
+                    f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
+                )
+            block = min(remaining, slice_seconds, self._beat)
+            try:
+                popped = yield _pop(key, block)
+                lost_since = None
+                if popped is None and queue is not None:
+                    now = time.monotonic()
+                    if (yield from self._consumed(queue)):
+                        unconsumed_since = None
+                    elif unconsumed_since is None:
+                        unconsumed_since = now
+                    elif now - unconsumed_since >= self._settings.client.worker_grace:
+                        raise NoWorkerAvailable(
+                            f"no worker has consumed queue {queue!r} for "
+                            f"{self._settings.client.worker_grace:g}s while waiting for task {task_id}; "
+                            "it stays queued and runs when a worker starts"
+                        )
+                if popped is not None and shared:
+                    yield Pipeline(_put_back(key, popped[1], self._settings.celery.reply_ttl))
+            except redis.RedisError as exc:
+                # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
+                now = time.monotonic()
+                lost_since = now if lost_since is None else lost_since
+                if now - lost_since >= self._settings.client.reconnect_window:
+                    url = redact_url(self._settings.redis.url)
+                    raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
+                yield Sleep(min(0.5, max(0.0, remaining)))
+        return outcome(popped[1])
+
+
+def _pop(key: str, seconds: float) -> Command:
+    return Command(lambda r: r.blpop([key], timeout=seconds))
+
+
+def _put_back(key: str, raw: bytes, ttl: int) -> list[Callable[[Any], Any]]:
+    return [lambda p: p.lpush(key, raw), lambda p: p.expire(key, ttl)]
+
+
+def outcome(raw: bytes) -> dict[str, Any]:
+    """The result in a worker's reply, or its typed error raised."""
+    reply = Reply.model_validate(json.loads(raw))
+    if reply.ok:
+        return reply.result or {}
+    assert reply.error is not None
+    raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
+
+
+class Dispatcher(Dispatching):
+    """Publishes task messages to their queues and waits for replies, blocking. Thread-safe."""
 
     def __init__(
         self,
@@ -93,12 +235,9 @@ class Dispatcher:
         keys: Keys,
         token_for: Callable[[str], str | None] | None = None,
     ) -> None:
-        self._settings = settings
-        client_token = settings.client.token.get_secret_value() if settings.client.token else None
-        # Which token to send for a namespace: the client's own, or (in workers) the one that grants it.
-        self._token_for = token_for or (lambda namespace: client_token)
+        super().__init__(settings, keys, token_for)
         self._redis = redis_client
-        self._keys = keys
+        self._perform = on_redis(redis_client)
         self._broker = redact_url(settings.broker_url)
         self._connection = Connection(
             settings.broker_url,
@@ -119,43 +258,10 @@ class Dispatcher:
         self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
         # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
         self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
-        # When each queue was last seen consumed: a hot loop of calls reads the heartbeats once a beat.
-        self._consumed_at: dict[str, float] = {}
-        self._beat = settings.celery.heartbeat_interval
-        self.closed = False
 
     def require_worker(self, task: str) -> None:
         """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
-        self._check_open()
-        queue = ROUTES[task]
-        # A worker beats every interval: one that is up but whose last beat was lost (Redis restarted
-        # without persistence) is found again within one, so look that long before saying none is up.
-        deadline = time.monotonic() + self._beat
-        try:
-            while not (consumed := self._consumed(queue)) and time.monotonic() < deadline:
-                time.sleep(min(0.1, self._beat))
-        except redis.RedisError as exc:
-            url = redact_url(self._settings.redis.url)
-            raise BrokerUnavailable(f"cannot read worker heartbeats from Redis at {url}: {exc}") from exc
-        if not consumed:
-            raise NoWorkerAvailable(
-                f"no worker consumes queue {queue!r} (none has sent a heartbeat in the last "
-                f"{self._beat * MISSED_BEATS:g}s); nothing was enqueued. Start one: memory-core up, "
-                f"or celery -A workers.app worker -Q {queue}"
-            )
-
-    def _consumed(self, queue: str) -> bool:
-        now = time.monotonic()
-        if now - self._consumed_at.get(queue, -1e9) < self._beat:
-            return True
-        alive = bool(consumers(self._redis, self._keys, queue))
-        if alive:
-            self._consumed_at[queue] = now
-        return alive
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise RuntimeError("this memory-core client is closed; create a new one")
+        run(self.requiring(task), self._perform)
 
     def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
         """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
@@ -164,15 +270,10 @@ class Dispatcher:
     def send_raw(self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None = None) -> str:
         """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
         self._check_open()
-        task_id = str(uuid.uuid4())
-        queue = self._queues[ROUTES[task]]
-        body, headers = celery_message(task, task_id, kwargs, summary)
-        token = self._token_for(namespace) if namespace else None
-        if token:
-            headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
+        task_id, queue, body, headers = self.message(task, kwargs, summary, namespace)
         with tracing.producer_span(f"publish {task}"):
             tracing.inject(headers)  # the trace goes on in the worker (nothing is added when no span records)
-            self._publish(task, queue, body, headers)
+            self._publish(task, self._queues[queue], body, headers)
         return task_id
 
     def _publish(self, task: str, queue: Queue, body: Any, headers: dict[str, Any]) -> None:
@@ -199,71 +300,9 @@ class Dispatcher:
         except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
 
-    def wait(
-        self,
-        namespace: str,
-        task_id: str,
-        timeout: float | None = None,
-        *,
-        shared: bool = False,
-        task: str | None = None,
-    ) -> dict[str, Any]:
-        """Blocks until the worker replies; returns the result or raises the worker's typed error.
-
-        ``shared``: other callers wait for the same task (coalesced adds), so the reply is put back
-        for them after it is read; the copy left over expires with the reply's TTL.
-        ``task``: its name; while no live worker consumes its queue for ``client.worker_grace`` seconds,
-        the wait ends with ``NoWorkerAvailable`` (the task stays queued and runs when a worker starts).
-        """
-        self._check_open()
-        limit = self._settings.client.timeout if timeout is None else timeout
-        queue = ROUTES.get(task or "")
-        unconsumed_since: float | None = None
-        key = self._keys.reply(namespace, task_id)
-        deadline = time.monotonic() + limit
-        # Block in slices shorter than the socket timeout, so a dead Redis shows up as an error, not a hang.
-        slice_seconds = max(0.1, self._settings.redis.socket_timeout * 0.8)
-        popped = None
-        lost_since: float | None = None  # when Redis stopped answering, while it is not answering
-        while popped is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ReplyTimeout(
-                    f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
-                )
-            try:
-                popped = self._redis.blpop([key], timeout=min(remaining, slice_seconds, self._beat))
-                lost_since = None
-                if popped is None and queue is not None:
-                    now = time.monotonic()
-                    if self._consumed(queue):
-                        unconsumed_since = None
-                    elif unconsumed_since is None:
-                        unconsumed_since = now
-                    elif now - unconsumed_since >= self._settings.client.worker_grace:
-                        raise NoWorkerAvailable(
-                            f"no worker has consumed queue {queue!r} for "
-                            f"{self._settings.client.worker_grace:g}s while waiting for task {task_id}; "
-                            "it stays queued and runs when a worker starts"
-                        )
-                if popped is not None and shared:
-                    with self._redis.pipeline() as pipe:
-                        pipe.lpush(key, popped[1])
-                        pipe.expire(key, self._settings.celery.reply_ttl)
-                        pipe.execute()
-            except redis.RedisError as exc:
-                # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
-                now = time.monotonic()
-                lost_since = now if lost_since is None else lost_since
-                if now - lost_since >= self._settings.client.reconnect_window:
-                    url = redact_url(self._settings.redis.url)
-                    raise BrokerUnavailable(f"lost Redis at {url} waiting for task {task_id}: {exc}") from exc
-                time.sleep(min(0.5, max(0.0, remaining)))
-        reply = Reply.model_validate(json.loads(popped[1]))
-        if reply.ok:
-            return reply.result or {}
-        assert reply.error is not None
-        raise error_types().get(reply.error.type, MemoryCoreError)(reply.error.message)
+    def wait(self, namespace: str, task_id: str, timeout: float | None = None, **options: Any) -> dict[str, Any]:
+        """Blocks until the worker replies; see ``Dispatching.waiting`` (``shared``, ``task``)."""
+        return run(self.waiting(namespace, task_id, timeout, **options), self._perform)
 
     def call(self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None) -> dict[str, Any]:
         """``send`` then ``wait``; raises ``NoWorkerAvailable`` at once, sending nothing, if no worker would take it."""

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import redis
 
 from memory_core.core.keys import Keys, decoded
+from memory_core.core.steps import Command, Operation, on_redis, run
 
 logger = logging.getLogger(__name__)
 
@@ -104,16 +105,22 @@ class Heartbeat:
             logger.warning("heartbeat not withdrawn (it expires on its own): %s", exc)
 
 
-def _alive(client: redis.Redis, keys: Keys, members_key: str) -> list[WorkerInfo]:
-    names = sorted(decoded(name) for name in client.smembers(members_key))
+def alive(keys: Keys, members_key: str) -> Operation[list[WorkerInfo]]:
+    """The workers named in ``members_key`` whose heartbeat is current; drops the others from it."""
+    raw_names = yield Command(lambda r: r.smembers(members_key))
+    names = sorted(decoded(name) for name in raw_names)
     if not names:
         return []
-    values = client.mget([keys.worker(name) for name in names])
+    values = yield Command(lambda r: r.mget([keys.worker(name) for name in names]))
     alive = [WorkerInfo.from_json(value) for value in values if value is not None]
     gone = [name for name, value in zip(names, values, strict=True) if value is None]
     if gone:
-        client.srem(members_key, *gone)
+        yield Command(lambda r: r.srem(members_key, *gone))
     return alive
+
+
+def _alive(client: redis.Redis, keys: Keys, members_key: str) -> list[WorkerInfo]:
+    return run(alive(keys, members_key), on_redis(client))
 
 
 def live_workers(client: redis.Redis, keys: Keys) -> list[WorkerInfo]:

@@ -238,7 +238,10 @@ class MemorySet(PublicModel):
 
     def _bound(self) -> LongTermMemory:
         if self._ltm is None:
-            raise RuntimeError(f"memory set {self.name!r} is not bound to a client; get it from long_term(...)")
+            raise RuntimeError(
+                f"memory set {self.name!r} is not bound to a client; get it from MemoryClient.long_term(...), "
+                "or with AsyncMemoryClient call await memory.add(memory_set, ...)"
+            )
         ltm: LongTermMemory = self._ltm
         return ltm
 

@@ -427,6 +427,9 @@ class ClientSettings(_Group):
     worker_grace: float = Field(default=10.0, ge=0)
     """Seconds a waiting call gives a vanished worker (no heartbeat) to come back before ``NoWorkerAvailable``;
     the task stays queued. A call made while no worker consumes its queue fails at once, sending nothing."""
+    async_connections: int = Field(default=256, ge=2, le=10_000)
+    """Redis connections one ``AsyncMemoryClient`` may hold at once: each call waiting for its reply holds one,
+    so this many calls wait in parallel and the next ones queue for a connection."""
 
 
 class FlowerSettings(_Group):

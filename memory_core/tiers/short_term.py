@@ -29,13 +29,14 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
 import redis
 
 from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
 from memory_core.core.keys import decoded
+from memory_core.core.steps import Command, Operation, Pipeline, Step, on_redis, run
 from memory_core.core.validation import MAX_TTL_SECONDS, check_text, short_repr
 
 NESTED_OBJECT = "NestedObject"
@@ -126,9 +127,10 @@ class _State:
     """The L1 of one ``(namespace, key)``: a snapshot of the Redis hash and the writes not yet persisted."""
 
     def __init__(
-        self, redis_client: redis.Redis, redis_key: str, ttl: int | None, where: str, max_value_bytes: int
+        self, perform: Callable[[Step], Any] | None, redis_key: str, ttl: int | None, where: str, max_value_bytes: int
     ) -> None:
-        self.redis = redis_client
+        # Performs steps blocking; None for an asyncio client, which awaits ``loading()`` before any read.
+        self.perform = perform
         self.max_value_bytes = max_value_bytes
         self.redis_key = redis_key
         self.ttl = ttl
@@ -140,13 +142,20 @@ class _State:
 
     # -- reads ------------------------------------------------------------------
 
+    def loading(self) -> Operation[None]:
+        """Reads the Redis hash into the snapshot."""
+        try:
+            raw = yield Command(lambda r: r.hgetall(self.redis_key))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot read short-term memory from Redis at {self.where}: {exc}") from exc
+        self._snapshot = {decoded(k): json.loads(v) for k, v in raw.items()}
+
     def _loaded(self) -> dict[str, dict[str, Any]]:
         if self._snapshot is None:
-            try:
-                raw = self.redis.hgetall(self.redis_key)
-            except redis.RedisError as exc:
-                raise BrokerUnavailable(f"cannot read short-term memory from Redis at {self.where}: {exc}") from exc
-            self._snapshot = {decoded(k): json.loads(v) for k, v in raw.items()}
+            if self.perform is None:
+                raise RuntimeError("load the short-term memory first: async with, or await memory.load()")
+            run(self.loading(), self.perform)
+        assert self._snapshot is not None
         return self._snapshot
 
     def entry(self, field: str) -> dict[str, Any] | None:
@@ -200,26 +209,30 @@ class _State:
         self._snapshot = None
         self._cleared = False
 
-    def persist(self) -> None:
+    def persisting(self) -> Operation[None]:
+        """Writes the buffered changes in one transaction and renews the TTL."""
         if not self._pending and not self._cleared and self.ttl is None:
             return
+        if self._snapshot is None and not self._cleared:
+            yield from self.loading()
         now = time.time()
         snapshot = dict(self._loaded()) if not self._cleared else {}
         # Expired fields are dropped on the way, so the hash does not keep what nobody can read.
         dead = [f for f, e in snapshot.items() if e.get("x") is not None and e["x"] <= now]
         writes = {f: json.dumps(e) for f, e in self._pending.items() if e is not None}
         deletes = sorted({*(f for f, e in self._pending.items() if e is None), *dead} - set(writes))
+        key, ttl = self.redis_key, self.ttl
+        commands: list[Callable[[Any], Any]] = []
+        if self._cleared:
+            commands.append(lambda p: p.delete(key))
+        if deletes:
+            commands.append(lambda p: p.hdel(key, *deletes))
+        if writes:
+            commands.append(lambda p: p.hset(key, mapping=writes))
+        if ttl is not None:
+            commands.append(lambda p: p.expire(key, ttl))
         try:
-            with self.redis.pipeline(transaction=True) as pipe:
-                if self._cleared:
-                    pipe.delete(self.redis_key)
-                if deletes:
-                    pipe.hdel(self.redis_key, *deletes)
-                if writes:
-                    pipe.hset(self.redis_key, mapping=writes)  # type: ignore[arg-type]  # redis-py's stubs are too narrow
-                if self.ttl is not None:
-                    pipe.expire(self.redis_key, self.ttl)
-                pipe.execute()
+            yield Pipeline(commands)
         except redis.RedisError as exc:
             # Nothing is lost: the buffer is kept, and persist() can be called again.
             raise BrokerUnavailable(f"cannot persist short-term memory to Redis at {self.where}: {exc}") from exc
@@ -356,7 +369,40 @@ class MemoryObject:
                 raise ValueError(f"cannot create {field!r}: {parent!r} holds a value, not an object")
 
 
-class ShortTermMemory(MemoryObject):
+class _Root(MemoryObject):
+    """What both kinds of root share: the scope, and the buffer's controls that do no I/O."""
+
+    def __init__(
+        self,
+        perform: Callable[[Step], Any] | None,
+        redis_key: str,
+        *,
+        namespace: str,
+        key: str,
+        ttl: int | None,
+        where: str,
+        max_value_bytes: int = 1_048_576,
+    ) -> None:
+        super().__init__(_State(perform, redis_key, ttl, where, max_value_bytes))
+        self.namespace = namespace
+        self.key = key
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(namespace={self.namespace!r}, key={self.key!r})"
+
+    def discard(self) -> None:
+        """Drops the buffered changes; the next read sees Redis as it is."""
+        with self._state.lock:
+            self._state.discard()
+
+    @property
+    def dirty(self) -> bool:
+        """Whether there are changes not yet persisted."""
+        with self._state.lock:
+            return bool(self._state._pending) or self._state._cleared
+
+
+class ShortTermMemory(_Root):
     """The root object of one ``(namespace, key)``, with the write-back controls.
 
     Writes stay in this process until ``persist()``; as a context manager it persists on a clean exit
@@ -375,23 +421,22 @@ class ShortTermMemory(MemoryObject):
         on_exit: Callable[[ShortTermMemory, bool], None] | None = None,
         max_value_bytes: int = 1_048_576,
     ) -> None:
-        super().__init__(_State(redis_client, redis_key, ttl, where, max_value_bytes))
-        self.namespace = namespace
-        self.key = key
+        self._perform = on_redis(redis_client)
+        super().__init__(
+            self._perform,
+            redis_key,
+            namespace=namespace,
+            key=key,
+            ttl=ttl,
+            where=where,
+            max_value_bytes=max_value_bytes,
+        )
         self._on_exit = on_exit
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(namespace={self.namespace!r}, key={self.key!r})"
 
     def persist(self) -> None:
         """Writes the buffered changes to Redis in one transaction and renews the object's TTL."""
         with self._state.lock:
-            self._state.persist()
-
-    def discard(self) -> None:
-        """Drops the buffered changes; the next read sees Redis as it is."""
-        with self._state.lock:
-            self._state.discard()
+            run(self._state.persisting(), self._perform)
 
     def refresh(self) -> None:
         """Re-reads Redis on the next access, keeping the buffered changes."""
@@ -402,13 +447,7 @@ class ShortTermMemory(MemoryObject):
         """Removes everything, in this process and in Redis, at once."""
         with self._state.lock:
             self._state.clear()
-            self._state.persist()
-
-    @property
-    def dirty(self) -> bool:
-        """Whether there are changes not yet persisted."""
-        with self._state.lock:
-            return bool(self._state._pending) or self._state._cleared
+            run(self._state.persisting(), self._perform)
 
     def __enter__(self) -> Self:
         return self
@@ -418,6 +457,61 @@ class ShortTermMemory(MemoryObject):
             self._on_exit(self, exc_type is None)
         elif exc_type is None:
             self.persist()
+        else:
+            self.discard()
+
+
+class AsyncShortTermMemory(_Root):
+    """``ShortTermMemory`` for asyncio code: the same object, read and written in memory, with the I/O awaited.
+
+    Load it before reading (``async with`` does, or ``await memory.load()``); ``async with`` persists on
+    a clean exit and discards when the block raises (sensory memory: clears, either way).
+    """
+
+    def __init__(
+        self,
+        redis_key: str,
+        *,
+        namespace: str,
+        key: str,
+        ttl: int | None,
+        where: str,
+        run_async: Callable[[Operation[None]], Awaitable[None]],
+        clear_on_exit: bool = False,
+        max_value_bytes: int = 1_048_576,
+    ) -> None:
+        super().__init__(
+            None, redis_key, namespace=namespace, key=key, ttl=ttl, where=where, max_value_bytes=max_value_bytes
+        )
+        self._run = run_async
+        self._clear_on_exit = clear_on_exit
+
+    async def load(self) -> Self:
+        """Reads the object from Redis (again), keeping the buffered changes; returns it."""
+        await self._run(self._state.loading())
+        return self
+
+    async def persist(self) -> None:
+        """Writes the buffered changes to Redis in one transaction and renews the object's TTL."""
+        await self._run(self._state.persisting())
+
+    async def refresh(self) -> None:
+        """Re-reads Redis now, keeping the buffered changes."""
+        await self.load()
+
+    async def clear(self) -> None:
+        """Removes everything, in this process and in Redis, at once."""
+        self._state.clear()
+        await self._run(self._state.persisting())
+
+    async def __aenter__(self) -> Self:
+        return await self.load()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._clear_on_exit:
+            await self.clear()
+        elif exc_type is None:
+            await self.persist()
         else:
             self.discard()
 

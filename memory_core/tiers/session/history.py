@@ -8,8 +8,9 @@ the session's keys (messages, summary state, entities) together.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from operator import methodcaller
 from typing import Any
 
 import redis
@@ -19,6 +20,7 @@ from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
 from memory_core.core.keys import Keys
 from memory_core.core.models import ChatMessage, MessageRole, utcnow
 from memory_core.core.settings import LimitsSettings
+from memory_core.core.steps import Command, Operation, Pipeline, on_redis, run
 from memory_core.core.validation import check_value
 
 
@@ -58,28 +60,19 @@ class SessionKeys:
         return self.messages, self.state, self.entities
 
 
-class SessionHistory:
-    """The messages of one session, oldest first. Thread-safe (every operation is one Redis round trip)."""
+class HistoryOperations:
+    """The logic of every call on one session's messages, as operations (``core.steps``) for both clients."""
 
     def __init__(
-        self,
-        *,
-        redis_client: redis.Redis,
-        keys: SessionKeys,
-        max_messages: int,
-        ttl: int | None,
-        limits: LimitsSettings,
-        where: str,
+        self, *, keys: SessionKeys, max_messages: int, ttl: int | None, limits: LimitsSettings, where: str
     ) -> None:
-        self._redis = redis_client
         self.keys = keys
         self.max_messages = max_messages
         self.ttl = ttl
         self._limits = limits
         self._where = where
 
-    def add_messages(self, messages: Sequence[ChatMessage]) -> list[SessionMessage]:
-        """Appends ``messages``; returns them with their ids. Past ``max_messages`` the oldest are trimmed."""
+    def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
         if isinstance(messages, ChatMessage) or not isinstance(messages, Sequence):
             raise InvalidRequestError(f"messages must be a list of ChatMessage, got {type(messages).__name__}")
         for i, message in enumerate(messages):
@@ -88,16 +81,66 @@ class SessionHistory:
         entries = [SessionMessage(id=str(uuid.uuid4()), created_at=now, message=m) for m in messages]
         if not entries:
             return []
+        stream, most = self.keys.messages, self.max_messages
+        appends = [methodcaller("xadd", stream, {"m": entry.model_dump_json()}) for entry in entries]
+        trim = methodcaller("xtrim", stream, maxlen=most, approximate=False)
         try:
-            with self._redis.pipeline(transaction=True) as pipe:
-                for entry in entries:
-                    pipe.xadd(self.keys.messages, {"m": entry.model_dump_json()})
-                pipe.xtrim(self.keys.messages, maxlen=self.max_messages, approximate=False)
-                self._touch(pipe)
-                replies = pipe.execute()
+            replies = yield Pipeline([*appends, trim, *self._touches()])
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot append to the session in Redis at {self._where}: {exc}") from exc
         return [e.model_copy(update={"cursor": text(r)}) for e, r in zip(entries, replies, strict=False)]
+
+    def entries(self, *, after: str | None = None, last: int | None = None) -> Operation[list[SessionMessage]]:
+        stream = self.keys.messages
+        try:
+            if last is not None:
+                newest = (yield Command(lambda r: r.xrevrange(stream, "+", "-", count=last))) if last > 0 else []
+                return list(reversed(parse_entries(newest)))
+            start = f"({after}" if after else "-"
+            return parse_entries((yield Command(lambda r: r.xrange(stream, start, "+"))))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+
+    def count(self) -> Operation[int]:
+        try:
+            return int((yield Command(lambda r: r.xlen(self.keys.messages))))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+
+    def clear(self) -> Operation[None]:
+        try:
+            yield Command(lambda r: r.delete(*self.keys.all))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot clear the session in Redis at {self._where}: {exc}") from exc
+
+    def summary_state(self) -> Operation[SummaryState]:
+        try:
+            return SummaryState.from_hash((yield Command(lambda r: r.hgetall(self.keys.state))))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot read the session summary from Redis: {exc}") from exc
+
+    def touch(self) -> Operation[None]:
+        yield Pipeline(self._touches())
+
+    def _touches(self) -> list[Callable[[Any], Any]]:
+        if self.ttl is None:
+            return []
+        return [methodcaller("expire", name, self.ttl) for name in self.keys.all]
+
+
+class SessionHistory:
+    """The messages of one session, oldest first. Thread-safe (every operation is one Redis round trip)."""
+
+    def __init__(self, operations: HistoryOperations, redis_client: redis.Redis) -> None:
+        self.ops = operations
+        self.keys = operations.keys
+        self.max_messages = operations.max_messages
+        self.ttl = operations.ttl
+        self._perform = on_redis(redis_client)
+
+    def add_messages(self, messages: Sequence[ChatMessage]) -> list[SessionMessage]:
+        """Appends ``messages``; returns them with their ids. Past ``max_messages`` the oldest are trimmed."""
+        return run(self.ops.add_messages(messages), self._perform)
 
     def add_user_message(self, content: str) -> SessionMessage:
         """Appends one user message."""
@@ -109,14 +152,7 @@ class SessionHistory:
 
     def entries(self, *, after: str | None = None, last: int | None = None) -> list[SessionMessage]:
         """Messages oldest first: all, those after the cursor ``after``, or the ``last`` n."""
-        try:
-            if last is not None:
-                newest = self._redis.xrevrange(self.keys.messages, "+", "-", count=last) if last > 0 else []
-                return list(reversed(parse_entries(newest)))
-            start = f"({after}" if after else "-"
-            return parse_entries(self._redis.xrange(self.keys.messages, start, "+"))
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+        return run(self.ops.entries(after=after, last=last), self._perform)
 
     @property
     def messages(self) -> list[ChatMessage]:
@@ -124,28 +160,15 @@ class SessionHistory:
         return [entry.message for entry in self.entries()]
 
     def __len__(self) -> int:
-        try:
-            return int(self._redis.xlen(self.keys.messages))
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+        return run(self.ops.count(), self._perform)
 
     def clear(self) -> None:
         """Removes the messages, the summary state and the entities of this session from Redis."""
-        try:
-            self._redis.delete(*self.keys.all)
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot clear the session in Redis at {self._where}: {exc}") from exc
+        run(self.ops.clear(), self._perform)
 
     def touch(self) -> None:
         """Renews the TTL of every key of the session."""
-        with self._redis.pipeline(transaction=True) as pipe:
-            self._touch(pipe)
-            pipe.execute()
-
-    def _touch(self, pipe: Any) -> None:
-        if self.ttl is not None:
-            for name in self.keys.all:
-                pipe.expire(name, self.ttl)
+        run(self.ops.touch(), self._perform)
 
 
 class SummaryState(BaseModel):

@@ -14,7 +14,14 @@ from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldRepor
 from memory_core.core.models import ChatMessage, MemorySet, MessageRole
 from memory_core.core.settings import redact_url
 from memory_core.core.tokens import TokenCounter
-from memory_core.tiers.session.history import SessionHistory, SessionKeys, SessionMessage, SummaryState, text
+from memory_core.tiers.session.history import (
+    HistoryOperations,
+    SessionHistory,
+    SessionKeys,
+    SessionMessage,
+    SummaryState,
+    text,
+)
 from memory_core.tiers.session.strategies import (
     BufferMemory,
     EntityMemory,
@@ -63,14 +70,14 @@ class Session:
         self.ttl = ttl
         self.tokens = tokens
         self.keys = SessionKeys(client.keys, namespace, key, session_id)
-        self.history = SessionHistory(
-            redis_client=client.dispatcher_redis,
+        operations = HistoryOperations(
             keys=self.keys,
             max_messages=max_messages,
             ttl=ttl,
             limits=client.settings.limits,
             where=redact_url(client.settings.redis.url),
         )
+        self.history = SessionHistory(operations, client.dispatcher_redis)
         self._sets: dict[str, MemorySet] = {}
 
     def __repr__(self) -> str:
@@ -118,10 +125,7 @@ class Session:
 
     def summary_state(self) -> SummaryState:
         """The summary and how far it reaches, as the workers last wrote it."""
-        try:
-            return SummaryState.from_hash(self._client.dispatcher_redis.hgetall(self.keys.state))
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session summary from Redis: {exc}") from exc
+        return self._client.run(self.history.ops.summary_state())
 
     def entities(self) -> dict[str, str]:
         """Every entity of the session and its summary."""

@@ -1,0 +1,141 @@
+"""Sending tasks and waiting for their replies on the running event loop (``AsyncMemoryClient``).
+
+The logic is ``dispatch.Dispatching``'s, shared with the blocking dispatcher; only the I/O
+differs. On a Redis broker a task message goes straight onto its queue with one ``LPUSH``
+of the envelope kombu itself would write (``redis_envelope``), so publishing never leaves
+the loop. Other brokers (AMQP) have no asyncio publisher in kombu: their messages are
+published by the blocking dispatcher in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+from typing import Any
+
+import redis
+import redis.asyncio
+from kombu.serialization import dumps
+
+from memory_core.core import tracing
+from memory_core.core.dispatch import Dispatcher, Dispatching
+from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.keys import Keys
+from memory_core.core.messages import NamespaceRequest
+from memory_core.core.settings import Settings, redact_url
+from memory_core.core.steps import Operation, on_redis_async, run_async
+
+
+def _driver() -> dict[str, Any]:
+    # redis-py 7.1+ looks its own version up in the installed metadata for every new connection unless told
+    # (~1 ms each: 200 calls opening connections at once stalled the loop for 160 ms). Older versions read it once.
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:
+        return {}
+    return {"driver_info": DriverInfo(name="redis-py", lib_version=redis.__version__)}
+
+
+def open_async_redis(settings: Settings, *, url: str | None = None) -> redis.asyncio.Redis:
+    """An asyncio Redis client with the blocking client's timeouts, and a pool that queues callers past its size."""
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url or settings.redis.url,
+        max_connections=settings.client.async_connections,
+        timeout=settings.client.timeout,
+        socket_timeout=settings.redis.socket_timeout,
+        socket_connect_timeout=settings.redis.socket_timeout,
+        health_check_interval=30,
+        **_driver(),
+    )
+    return redis.asyncio.Redis(connection_pool=pool, decode_responses=False)
+
+
+def redis_envelope(task_id: str, queue: str, body: Any, headers: dict[str, Any]) -> str:
+    """The message kombu's Redis transport pushes for a persistent, JSON-serialized task on the default exchange."""
+    content_type, content_encoding, data = dumps(body, serializer="json")
+    raw = data.encode(content_encoding) if isinstance(data, str) else data
+    return json.dumps(
+        {
+            "body": base64.b64encode(raw).decode("ascii"),
+            "content-encoding": content_encoding,
+            "content-type": content_type,
+            "headers": headers,
+            "properties": {
+                "correlation_id": task_id,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    )
+
+
+class AsyncDispatcher(Dispatching):
+    """Publishes task messages and waits for replies without blocking the event loop."""
+
+    def __init__(self, settings: Settings, redis_client: redis.asyncio.Redis, keys: Keys) -> None:
+        super().__init__(settings, keys)
+        self._redis = redis_client
+        self._perform = on_redis_async(redis_client)
+        self._broker = redact_url(settings.broker_url)
+        self._broker_redis: redis.asyncio.Redis | None = None
+        if settings.broker_is_redis:
+            same = settings.broker_url == settings.redis.url
+            self._broker_redis = redis_client if same else open_async_redis(settings, url=settings.broker_url)
+        self._blocking: Dispatcher | None = None  # publishes on AMQP, from a worker thread
+
+    async def run(self, operation: Operation[Any]) -> Any:
+        """Drives a Redis-only operation on this dispatcher's connections."""
+        return await run_async(operation, self._perform)
+
+    async def require_worker(self, task: str) -> None:
+        """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
+        await self.run(self.requiring(task))
+
+    async def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
+        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
+        self._check_open()
+        kwargs = {"request": request.model_dump(mode="json")}
+        if self._broker_redis is None:
+            return await asyncio.to_thread(
+                self._blocking_dispatcher().send_raw, task, kwargs, summary, request.namespace
+            )
+        task_id, queue, body, headers = self.message(task, kwargs, summary, request.namespace)
+        with tracing.producer_span(f"publish {task}"):
+            tracing.inject(headers)
+            envelope = redis_envelope(task_id, queue, body, headers)
+            try:
+                await self._broker_redis.lpush(self._settings.broker_key_prefix + queue, envelope)
+            except redis.RedisError as exc:
+                raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
+        return task_id
+
+    async def wait(self, namespace: str, task_id: str, timeout: float | None = None, **options: Any) -> dict[str, Any]:
+        """Waits for the worker's reply; see ``Dispatching.waiting`` (``shared``, ``task``)."""
+        result: dict[str, Any] = await self.run(self.waiting(namespace, task_id, timeout, **options))
+        return result
+
+    async def call(
+        self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """``send`` then ``wait``; raises ``NoWorkerAvailable`` at once, sending nothing, if no worker would take it."""
+        await self.require_worker(task)
+        return await self.wait(request.namespace, await self.send(task, request, summary), timeout, task=task)
+
+    def _blocking_dispatcher(self) -> Dispatcher:
+        if self._blocking is None:
+            # Its Redis client is never used: this one only publishes, and kombu connects on the first publish.
+            self._blocking = Dispatcher(self._settings, redis.Redis.from_url(self._settings.redis.url), self._keys)
+        return self._blocking
+
+    async def close(self) -> None:
+        """Releases connections; later calls raise at once."""
+        self.closed = True
+        if self._blocking is not None:
+            await asyncio.to_thread(self._blocking.close)
+        if self._broker_redis is not None and self._broker_redis is not self._redis:
+            await self._broker_redis.aclose(close_connection_pool=True)
