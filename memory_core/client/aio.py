@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
+from memory_core.client.async_session import AsyncSession
 from memory_core.client.base import ClientBase, add_summary
 from memory_core.client.coalescing import Sent
 from memory_core.client.long_term import LongTermOperations, SetRef, stored_ids
@@ -34,6 +35,7 @@ from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem, Searc
 from memory_core.core.settings import Settings, load_settings
 from memory_core.core.steps import Call, Operation, Send, Step, SubmitAdd, Wait, on_redis_async, run_async
 from memory_core.tiers.checkpoints import AsyncCheckpointStore
+from memory_core.tiers.session.session import Promotion
 from memory_core.tiers.short_term import AsyncShortTermMemory
 
 T = TypeVar("T")
@@ -115,6 +117,18 @@ class AsyncMemoryClient(ClientBase):
             clear_on_exit=clear_on_exit,
             max_value_bytes=self.settings.short_term.max_value_bytes,
         )
+
+    def session(
+        self, namespace: str, session_id: str, *, key: str | None = None, promote: Promotion = "messages", **more: Any
+    ) -> AsyncSession:
+        """One conversation; see ``MemoryClient.session`` (also ``set_name``, ``ttl`` and ``max_messages``)."""
+        set_name, ttl, most = more.pop("set_name", None), more.pop("ttl", None), more.pop("max_messages", None)
+        limits = more
+        if limits:
+            raise TypeError(f"session() got unexpected keyword arguments {sorted(limits)}")
+        scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, most)
+        long_term = self.long_term(scope["namespace"], scope["key"])._ops
+        return AsyncSession(self.session_operations(scope, long_term), self.run)
 
     def checkpoints(self, namespace: str) -> AsyncCheckpointStore:
         """Agent state snapshots of one namespace; see ``MemoryClient.checkpoints``."""

@@ -31,7 +31,7 @@ from memory_core.core.tokens import TokenCounter, default_counter
 from memory_core.core.validation import check_ttl, short_repr
 from memory_core.tiers.checkpoints import CheckpointOperations
 from memory_core.tiers.session.history import HistoryOperations, SessionKeys
-from memory_core.tiers.session.session import Promotion
+from memory_core.tiers.session.session import LongTermSteps, Promotion, SessionOperations
 from memory_core.tiers.short_term import _Root
 
 
@@ -139,6 +139,22 @@ class ClientBase:
             ttl=ttl,
             limits=self.settings.limits,
             where=self._where,
+        )
+
+    def session_operations(self, scope: dict[str, Any], long_term: LongTermSteps) -> SessionOperations:
+        """The logic of one session (``scope`` from ``_session_scope``) over the long-term steps of its key."""
+        history = self.history_operations(
+            scope["namespace"], scope["key"], scope["session_id"], ttl=scope["ttl"], max_messages=scope["max_messages"]
+        )
+        return SessionOperations(
+            history,
+            long_term,
+            namespace=scope["namespace"],
+            key=scope["key"],
+            session_id=scope["session_id"],
+            promote=scope["promote"],
+            set_name=scope["set_name"],
+            capacity=self.settings.session.promotion_capacity,
         )
 
     def checkpoint_operations(self, namespace: str) -> CheckpointOperations:

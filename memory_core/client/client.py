@@ -117,7 +117,8 @@ class MemoryClient(ClientBase):
         ``max_messages`` default to ``MEMORY_SESSION__*``; every write renews the TTL.
         """
         scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, max_messages)
-        return Session(self, **scope, tokens=self.tokens)
+        long_term = self.long_term(scope["namespace"], scope["key"])._ops
+        return Session(self, self.session_operations(scope, long_term), tokens=self.tokens)
 
     def checkpoints(self, namespace: str) -> CheckpointStore:
         """Agent state snapshots of one namespace, by thread, checkpoint namespace and id."""

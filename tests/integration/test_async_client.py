@@ -20,6 +20,7 @@ from memory_core.core.errors import (
     MemoryCoreError,
     MemorySetNotFound,
 )
+from memory_core.core.models import ChatMessage, MessageRole
 from memory_core.core.settings import Settings
 from tests.integration.processes import celery_process
 
@@ -281,3 +282,37 @@ def test_200_concurrent_calls_never_stall_the_loop(redis_url: str, tmp_path: Pat
     # room for that. Before admission and the redis-py driver fix, the burst stalled the loop for 160 ms at once.
     assert p99 < 0.015, f"the loop stalled: p99 heartbeat delay {p99 * 1000:.1f} ms"
     assert worst < 0.050, f"the loop stalled: worst heartbeat delay {worst * 1000:.1f} ms"
+
+
+def test_a_session_written_by_one_client_reads_the_same_in_the_other(client: MemoryClient, namespace: str) -> None:
+    async def scenario() -> list[Any]:
+        async with AsyncMemoryClient(client.settings) as aclient:
+            session = aclient.session(namespace, "chat-1", key="alice")
+            said = [
+                ChatMessage(role=MessageRole.USER, content="Book a table for Friday"),
+                ChatMessage(role=MessageRole.ASSISTANT, content="Done, for two at 8pm"),
+                ChatMessage(role=MessageRole.USER, content="Oops, wrong chat"),
+            ]
+            saved = await session.add_messages(said)
+            popped = await session.pop()
+            left = await session.messages()
+            count = await session.count()
+            return [saved, popped, left, count]
+
+    saved, popped, left, count = asyncio.run(scenario())
+    assert popped is not None
+    assert popped.id == saved[2].id
+    assert popped.content == "Oops, wrong chat"
+    assert [m.content for m in left] == ["Book a table for Friday", "Done, for two at 8pm"]
+    assert count == 2
+    blocking = client.session(namespace, "chat-1", key="alice")
+    assert blocking.history.messages == left
+    last = blocking.history.pop()
+    assert last is not None
+    assert last.id == saved[1].id
+    # Promotion is a task sent without waiting: the long-term copies arrive, the popped ones' too.
+    chats = client.long_term(namespace, "alice")
+    deadline = time.monotonic() + 20
+    while len(stored := chats.get(blocking.set_name)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [item.id for item in stored] == [s.id for s in saved]

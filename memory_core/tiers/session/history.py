@@ -101,6 +101,21 @@ class HistoryOperations:
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
 
+    def pop(self) -> Operation[SessionMessage | None]:
+        """Removes the newest message and returns it; None when the session is empty."""
+        stream = self.keys.messages
+        try:
+            while True:
+                newest = parse_entries((yield Command(lambda r: r.xrevrange(stream, "+", "-", count=1))))
+                if not newest:
+                    return None
+                entry = newest[0]
+                # XDEL answers 0 when another caller removed it first: then the next newest is ours to take.
+                if (yield Command(methodcaller("xdel", stream, entry.cursor))):
+                    return entry
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot remove from the session in Redis at {self._where}: {exc}") from exc
+
     def count(self) -> Operation[int]:
         try:
             return int((yield Command(lambda r: r.xlen(self.keys.messages))))
@@ -161,6 +176,10 @@ class SessionHistory:
 
     def __len__(self) -> int:
         return run(self.ops.count(), self._perform)
+
+    def pop(self) -> SessionMessage | None:
+        """Removes the newest message from the session and returns it; None when empty. A long-term copy stays."""
+        return run(self.ops.pop(), self._perform)
 
     def clear(self) -> None:
         """Removes the messages, the summary state and the entities of this session from Redis."""

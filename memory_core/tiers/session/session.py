@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 import redis
 
@@ -12,12 +12,11 @@ from memory_core.core import routing
 from memory_core.core.errors import BrokerUnavailable, SetDefinitionConflict
 from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.core.models import ChatMessage, MemorySet, MessageRole
-from memory_core.core.settings import redact_url
+from memory_core.core.steps import Call, Command, Operation, Send
 from memory_core.core.tokens import TokenCounter
 from memory_core.tiers.session.history import (
     HistoryOperations,
     SessionHistory,
-    SessionKeys,
     SessionMessage,
     SummaryState,
     text,
@@ -38,7 +37,140 @@ Promotion = Literal["messages", "summary", "both", "none"]
 R = TypeVar("R", FoldReport, EntitiesReport)
 
 
-class Session:
+class LongTermSteps(Protocol):
+    """What a session needs of the long-term operations of its key (``client.long_term.LongTermOperations``)."""
+
+    def get_or_create_memory_set(
+        self, name: str, item_type: Any, capacity: Any, context_window: Any, **options: Any
+    ) -> Operation[MemorySet]: ...
+
+    def get_memory_set(self, name: str) -> Operation[MemorySet]: ...
+
+    def add(
+        self,
+        memory_set: MemorySet | str,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None,
+        metadatas: Sequence[dict[str, Any]] | None,
+        lifecycle: dict[str, Any],
+        *,
+        wait: bool,
+    ) -> Operation[list[str]]: ...
+
+
+class SessionOperations:
+    """The logic of a session's calls beyond its history (promotion, folds, entities), as operations for both
+    clients (``core.steps``)."""
+
+    def __init__(
+        self,
+        history: HistoryOperations,
+        long_term: LongTermSteps,
+        *,
+        namespace: str,
+        key: str,
+        session_id: str,
+        promote: Promotion,
+        set_name: str,
+        capacity: int,
+    ) -> None:
+        self.history = history
+        self._long_term = long_term
+        self.namespace = namespace
+        self.key = key
+        self.session_id = session_id
+        self.promote = promote
+        self.set_name = set_name
+        self._capacity = capacity
+        self._sets: dict[str, MemorySet] = {}
+
+    def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
+        saved = yield from self.history.add_messages(messages)
+        if saved and self.promote in ("messages", "both"):
+            metadatas = [
+                {"session_id": self.session_id, "kind": "message", "at": s.created_at.isoformat()} for s in saved
+            ]
+            promoted = yield from self.memory_set(self.set_name, ChatMessage)
+            messages = [s.message for s in saved]
+            yield from self._long_term.add(promoted, messages, [s.id for s in saved], metadatas, {}, wait=False)
+        return saved
+
+    def entities(self) -> Operation[dict[str, str]]:
+        try:
+            raw = yield Command(lambda r: r.hgetall(self.history.keys.entities))
+        except redis.RedisError as exc:
+            raise BrokerUnavailable(f"cannot read the session entities from Redis: {exc}") from exc
+        return {text(k): text(v) for k, v in raw.items()}
+
+    def fold(
+        self, max_tokens: int, model: str | None, wait: bool, prefixes: tuple[str, str]
+    ) -> Operation[FoldReport | None]:
+        human, ai = prefixes
+        request = FoldRequest(**self._scope(), max_tokens=max_tokens, model=model, human_prefix=human, ai_prefix=ai)
+        return (yield from self._task(routing.SESSION_FOLD, request, FoldReport, wait))
+
+    def extract_entities(self, first: str, last: str, wait: bool) -> Operation[EntitiesReport | None]:
+        request = EntitiesRequest(**self._scope(), first=first, last=last)
+        return (yield from self._task(routing.SESSION_ENTITIES, request, EntitiesReport, wait))
+
+    def finish(self) -> Operation[list[str]]:
+        if self.promote not in ("summary", "both") or (yield from self.history.count()) == 0:
+            return []
+        yield from self.fold(0, None, True, ("Human", "AI"))
+        state = yield from self.history.summary_state()
+        if not state.summary:
+            return []
+        summary = ChatMessage(role=MessageRole.SYSTEM, content=state.summary)
+        metadata = {"session_id": self.session_id, "kind": "summary", "messages": state.folded_messages}
+        promoted = yield from self.memory_set(self.set_name, ChatMessage)
+        ids = [f"summary-{self.session_id}"]
+        return (yield from self._long_term.add(promoted, [summary], ids, [metadata], {}, wait=True))
+
+    def memory_set(self, name: str, item_type: type[str | ChatMessage]) -> Operation[MemorySet]:
+        """The long-term set ``name`` of this key, made on first use."""
+        if name not in self._sets:
+            try:
+                made = yield from self._long_term.get_or_create_memory_set(name, item_type, self._capacity, 2)
+            except SetDefinitionConflict:
+                # The set was made under another MEMORY_SESSION__PROMOTION_CAPACITY (or by hand): the setting
+                # is for new sets, and a changed setting must not stop every existing user's sessions saving.
+                made = yield from self._long_term.get_memory_set(name)
+                if made.item_type is not item_type:
+                    raise SetDefinitionConflict(
+                        f"session set {name!r} of namespace {self.namespace!r}, key {self.key!r} holds "
+                        f"{made.item_type.__name__} items, not {item_type.__name__}; pick another set_name"
+                    ) from None
+            self._sets[name] = made
+        return self._sets[name]
+
+    def _scope(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "key": self.key, "session_id": self.session_id, "ttl": self.history.ttl}
+
+    def _task(self, task: str, request: Any, reply: type[R], wait: bool) -> Operation[R | None]:
+        summary = json.dumps({"namespace": self.namespace, "key": self.key, "session": self.session_id})
+        if not wait:
+            yield Send(task, request, summary)
+            return None
+        return reply.model_validate((yield Call(task, request, summary)))
+
+
+class SessionHandle:
+    """What both session handles show: the scope and promotion of their operations."""
+
+    def __init__(self, operations: SessionOperations) -> None:
+        self.ops = operations
+        self.namespace = operations.namespace
+        self.key = operations.key
+        self.session_id = operations.session_id
+        self.promote = operations.promote
+        self.set_name = operations.set_name
+        self.ttl = operations.history.ttl
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(namespace={self.namespace!r}, key={self.key!r}, session_id={self.session_id!r})"
+
+
+class Session(SessionHandle):
     """One conversation of a key (user, agent) in a namespace.
 
     Promotion keeps what is said beyond the Redis TTL: with ``promote="messages"`` (the default) or
@@ -48,40 +180,12 @@ class Session:
     too. ``"none"`` keeps the session in Redis only.
     """
 
-    def __init__(
-        self,
-        client: MemoryClient,
-        namespace: str,
-        key: str,
-        session_id: str,
-        *,
-        promote: Promotion,
-        set_name: str,
-        ttl: int | None,
-        max_messages: int,
-        tokens: TokenCounter,
-    ) -> None:
+    def __init__(self, client: MemoryClient, operations: SessionOperations, *, tokens: TokenCounter) -> None:
+        super().__init__(operations)
         self._client = client
-        self.namespace = namespace
-        self.key = key
-        self.session_id = session_id
-        self.promote = promote
-        self.set_name = set_name
-        self.ttl = ttl
         self.tokens = tokens
-        self.keys = SessionKeys(client.keys, namespace, key, session_id)
-        operations = HistoryOperations(
-            keys=self.keys,
-            max_messages=max_messages,
-            ttl=ttl,
-            limits=client.settings.limits,
-            where=redact_url(client.settings.redis.url),
-        )
-        self.history = SessionHistory(operations, client.dispatcher_redis)
-        self._sets: dict[str, MemorySet] = {}
-
-    def __repr__(self) -> str:
-        return f"Session(namespace={self.namespace!r}, key={self.key!r}, session_id={self.session_id!r})"
+        self.keys = operations.history.keys
+        self.history = SessionHistory(operations.history, client.dispatcher_redis)
 
     # -- strategies -------------------------------------------------------------------
 
@@ -113,27 +217,15 @@ class Session:
 
     def add_messages(self, messages: Sequence[ChatMessage]) -> list[SessionMessage]:
         """Appends to the history and, unless ``promote`` says otherwise, enqueues their long-term copy."""
-        saved = self.history.add_messages(messages)
-        if saved and self.promote in ("messages", "both"):
-            metadatas = [
-                {"session_id": self.session_id, "kind": "message", "at": s.created_at.isoformat()} for s in saved
-            ]
-            self.promotion_set().add(
-                [s.message for s in saved], ids=[s.id for s in saved], metadatas=metadatas, wait=False
-            )
-        return saved
+        return self._client.run(self.ops.add_messages(messages))
 
     def summary_state(self) -> SummaryState:
         """The summary and how far it reaches, as the workers last wrote it."""
-        return self._client.run(self.history.ops.summary_state())
+        return self._client.run(self.ops.history.summary_state())
 
     def entities(self) -> dict[str, str]:
         """Every entity of the session and its summary."""
-        try:
-            raw = self._client.dispatcher_redis.hgetall(self.keys.entities)
-        except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session entities from Redis: {exc}") from exc
-        return {text(k): text(v) for k, v in raw.items()}
+        return self._client.run(self.ops.entities())
 
     def fold(
         self,
@@ -144,70 +236,30 @@ class Session:
         prefixes: tuple[str, str] = ("Human", "AI"),
     ) -> FoldReport | None:
         """Has a worker fold the oldest unsummarized messages into the summary until the rest fit ``max_tokens``."""
-        request = FoldRequest(
-            namespace=self.namespace,
-            key=self.key,
-            session_id=self.session_id,
-            max_tokens=max_tokens,
-            model=model,
-            ttl=self.ttl,
-            human_prefix=prefixes[0],
-            ai_prefix=prefixes[1],
-        )
-        return self._run(routing.SESSION_FOLD, request, FoldReport, wait)
+        return self._client.run(self.ops.fold(max_tokens, model, wait, prefixes))
 
     def extract_entities(self, first: str, last: str, *, wait: bool = True) -> EntitiesReport | None:
         """Has a worker update the entities mentioned by the messages ``first``..``last`` (stream cursors)."""
-        request = EntitiesRequest(
-            namespace=self.namespace, key=self.key, session_id=self.session_id, first=first, last=last, ttl=self.ttl
-        )
-        return self._run(routing.SESSION_ENTITIES, request, EntitiesReport, wait)
+        return self._client.run(self.ops.extract_entities(first, last, wait))
 
     def promotion_set(self) -> MemorySet:
         """The long-term chat set this session is promoted into."""
-        return self._set(self.set_name, ChatMessage)
+        return self._bound(self._client.run(self.ops.memory_set(self.set_name, ChatMessage)))
 
     def exchange_set(self, name: str) -> MemorySet:
         """A long-term text set of this key (the vector strategy's index of exchanges)."""
-        return self._set(name, str)
+        return self._bound(self._client.run(self.ops.memory_set(name, str)))
 
     def finish(self) -> list[str]:
         """Ends the session: with summary promotion, folds everything into the summary and stores it durably.
 
         Returns the ids written to long-term memory by this call. Messages were promoted as they came.
         """
-        if self.promote not in ("summary", "both") or len(self.history) == 0:
-            return []
-        self.fold(0)
-        state = self.summary_state()
-        if not state.summary:
-            return []
-        summary = ChatMessage(role=MessageRole.SYSTEM, content=state.summary)
-        metadata = {"session_id": self.session_id, "kind": "summary", "messages": state.folded_messages}
-        return self.promotion_set().add([summary], ids=[f"summary-{self.session_id}"], metadatas=[metadata])
+        return self._client.run(self.ops.finish())
 
-    def _set(self, name: str, item_type: type[str | ChatMessage]) -> MemorySet:
-        if name not in self._sets:
-            capacity = self._client.settings.session.promotion_capacity
-            ltm = self._client.long_term(self.namespace, self.key)
-            try:
-                self._sets[name] = ltm.get_or_create_memory_set(name, item_type=item_type, capacity=capacity)
-            except SetDefinitionConflict:
-                # The set was made under another MEMORY_SESSION__PROMOTION_CAPACITY (or by hand): the setting
-                # is for new sets, and a changed setting must not stop every existing user's sessions saving.
-                existing = ltm.get_memory_set(name)
-                if existing.item_type is not item_type:
-                    raise SetDefinitionConflict(
-                        f"session set {name!r} of namespace {self.namespace!r}, key {self.key!r} holds "
-                        f"{existing.item_type.__name__} items, not {item_type.__name__}; pick another set_name"
-                    ) from None
-                self._sets[name] = existing
-        return self._sets[name]
-
-    def _run(self, task: str, request: Any, reply: type[R], wait: bool) -> R | None:
-        summary = json.dumps({"namespace": self.namespace, "key": self.key, "session": self.session_id})
-        dispatcher = self._client.dispatcher
-        if not wait:
-            dispatcher.send(task, request, summary)
-            return None
-        return reply.model_validate(dispatcher.call(task, request, summary))
+    def _bound(self, memory_set: MemorySet) -> MemorySet:
+        return (
+            memory_set
+            if memory_set._ltm is not None
+            else memory_set.bind(self._client.long_term(self.namespace, self.key))
+        )

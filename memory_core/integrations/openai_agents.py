@@ -1,0 +1,100 @@
+"""The OpenAI Agents SDK's ``Session`` over a memory-core session (``pip install 'memory-core[openai-agents]'``).
+
+    session = MemoryCoreSession("chat-42", aclient=AsyncMemoryClient.from_env(), namespace="acme")
+    result = await Runner.run(agent, "What did I order?", session=session)
+
+Items live in the session's Redis history (TTL and length from ``MEMORY_SESSION__*``) and, with
+``promote="messages"`` (the default), are copied into the key's long-term chat set, where search and
+recall find them. Each item is kept exactly as the SDK gave it; its text (a message's content, a tool
+call's name and arguments, a tool's output) is what is indexed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from agents.memory import SessionSettings
+
+from memory_core.client.aio import AsyncMemoryClient
+from memory_core.core.errors import InvalidRequestError
+from memory_core.core.models import ChatMessage, MessageRole
+from memory_core.tiers.session.session import Promotion
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+
+_ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT, "system": MessageRole.SYSTEM}
+_ROLES["developer"] = MessageRole.SYSTEM
+_KEY = "openai_agents_item"
+
+
+def to_chat_message(item: Any) -> ChatMessage:
+    """Our chat message for an SDK input item: a role and its text, with the item itself kept beside them."""
+    if not isinstance(item, dict):
+        raise InvalidRequestError(f"expected an input item (a dict), got {type(item).__name__}")
+    role = _ROLES.get(str(item.get("role", "")), MessageRole.TOOL)
+    # Kept as JSON text: an item's own nesting (content parts, tool arguments) would count against metadata depth.
+    return ChatMessage(role=role, content=_text(item), extra_args={_KEY: json.dumps(item)})
+
+
+def _text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and "text" in part)
+    if item.get("type") == "function_call":
+        return f"{item.get('name', '')}({item.get('arguments', '')})"
+    if "output" in item:
+        output = item["output"]
+        return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return ""
+
+
+def from_chat_message(message: ChatMessage) -> Any:
+    """The SDK item stored in ``message``; one written by other code becomes a message item of its role."""
+    stored = message.extra_args.get(_KEY)
+    if isinstance(stored, str):
+        return json.loads(stored)
+    role = "assistant" if message.role is MessageRole.ASSISTANT else message.role.value
+    return {"role": "user" if role == "tool" else role, "content": message.content}
+
+
+class MemoryCoreSession:
+    """An OpenAI Agents SDK ``Session`` (``get_items``, ``add_items``, ``pop_item``, ``clear_session``) over the
+    memory-core session ``session_id`` of ``namespace``. ``key`` (the user or agent) defaults to ``session_id``."""
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        aclient: AsyncMemoryClient,
+        namespace: str,
+        key: str | None = None,
+        promote: Promotion = "messages",
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        self._session = aclient.session(namespace, session_id, key=key, promote=promote)
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items in order; with ``limit`` (or the settings' limit), the newest that many."""
+        settings = self.session_settings
+        last = limit if limit is not None else (settings.limit if settings is not None else None)
+        entries = await self._session.entries(last=last)
+        return [from_chat_message(entry.message) for entry in entries]
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Appends the items in one round trip (and enqueues their long-term copies)."""
+        await self._session.add_messages([to_chat_message(item) for item in items])
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Removes the newest item and returns it; None when the session is empty. Its long-term copy stays."""
+        popped = await self._session.pop()
+        return None if popped is None else from_chat_message(popped.message)
+
+    async def clear_session(self) -> None:
+        """Removes every item of the session from Redis; long-term copies stay (``forget`` erases them)."""
+        await self._session.clear()
