@@ -10,9 +10,10 @@ Every call runs the same operation as ``MemoryClient``'s (``core.steps``): the s
 messages, scope checks and errors. Only the I/O is awaited. Differences, by design:
 
 * Memory sets come back unbound: call ``await memory.add(memory_set, ...)``, not ``memory_set.add``.
-* The item and search caches are the workers' and Redis' only: this client keeps set definitions in
-  its process cache and sends every read to a worker.
+* Reads are not cached: this client keeps set definitions in its process and sends every get and
+  search to a worker.
 * Concurrent adds are not merged into one message (``MemoryClient`` does that across threads).
+* Sessions have their history, promotion, folds and ``finish``, not the LangChain-style strategies.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem, Searc
 from memory_core.core.settings import Settings, load_settings
 from memory_core.core.steps import Call, Operation, Send, Step, SubmitAdd, Wait, on_redis_async, run_async
 from memory_core.tiers.checkpoints import AsyncCheckpointStore
+from memory_core.tiers.profile import AsyncUserProfile
 from memory_core.tiers.session.session import Promotion
 from memory_core.tiers.short_term import AsyncShortTermMemory
 
@@ -129,6 +131,10 @@ class AsyncMemoryClient(ClientBase):
         scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, most)
         long_term = self.long_term(scope["namespace"], scope["key"])._ops
         return AsyncSession(self.session_operations(scope, long_term), self.run)
+
+    def profile(self, namespace: str, user_id: str) -> AsyncUserProfile:
+        """The merged profile document of one user; see ``MemoryClient.profile``."""
+        return AsyncUserProfile(self.profile_operations(namespace, user_id, self.long_term), self.run)
 
     def checkpoints(self, namespace: str) -> AsyncCheckpointStore:
         """Agent state snapshots of one namespace; see ``MemoryClient.checkpoints``."""

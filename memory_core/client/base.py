@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -26,12 +26,13 @@ from memory_core.core.keys import Keys, decoded
 from memory_core.core.messages import AddRequest, ForgetReceipt, ForgetRequest, RecallReply, RecallRequest
 from memory_core.core.models import ClientStats, Usage
 from memory_core.core.settings import Settings, redact_url
-from memory_core.core.steps import Call, Command, Operation
+from memory_core.core.steps import Call, Command, LongTermSteps, Operation
 from memory_core.core.tokens import TokenCounter, default_counter
 from memory_core.core.validation import check_ttl, short_repr
 from memory_core.tiers.checkpoints import CheckpointOperations
+from memory_core.tiers.profile import ProfileOperations
 from memory_core.tiers.session.history import HistoryOperations, SessionKeys
-from memory_core.tiers.session.session import LongTermSteps, Promotion, SessionOperations
+from memory_core.tiers.session.session import Promotion, SessionOperations
 from memory_core.tiers.short_term import _Root
 
 
@@ -155,6 +156,20 @@ class ClientBase:
             promote=scope["promote"],
             set_name=scope["set_name"],
             capacity=self.settings.session.promotion_capacity,
+        )
+
+    def profile_operations(
+        self, namespace: str, user_id: str, long_term: Callable[[str, str], Any]
+    ) -> ProfileOperations:
+        """The logic of one user's profile; ``long_term`` gives the client's long-term handle of a key."""
+        namespace, user_id = self._scope(namespace, user_id, "user_id")
+        return ProfileOperations(
+            redis_key=self.keys.profile(namespace, user_id),
+            namespace=namespace,
+            user_id=user_id,
+            long_term=long_term(namespace, user_id)._ops,
+            set_name=self.settings.profile.set_name,
+            limits=self.settings.limits,
         )
 
     def checkpoint_operations(self, namespace: str) -> CheckpointOperations:

@@ -126,7 +126,7 @@ class MemoryClient(ClientBase):
 
     def profile(self, namespace: str, user_id: str) -> UserProfile:
         """The merged profile document of one user (the user id is the key), searchable in long-term memory."""
-        return UserProfile(self, *self._scope(namespace, user_id, "user_id"))
+        return UserProfile(self.profile_operations(namespace, user_id, self.long_term), self.run)
 
     def recall(
         self,

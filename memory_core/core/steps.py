@@ -18,9 +18,10 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from memory_core.core.messages import AddRequest, NamespaceRequest
+from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem
 
 T = TypeVar("T")
 
@@ -38,6 +39,15 @@ class Pipeline:
 
     calls: Sequence[Callable[[Any], Any]]
     transaction: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Optimistic:
+    """A read-modify-write of ``key``: read under WATCH, then ``writes(value)`` in MULTI/EXEC, all again if
+    another client changed ``key`` in between."""
+
+    key: str
+    writes: Callable[[Any], Sequence[Callable[[Any], Any]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +95,33 @@ class Sleep:
     seconds: float
 
 
-Step = Command | Pipeline | Call | Send | SubmitAdd | Wait | Sleep
+Step = Command | Pipeline | Optimistic | Call | Send | SubmitAdd | Wait | Sleep
 Operation = Generator[Step, Any, T]
+
+
+class LongTermSteps(Protocol):
+    """The long-term operations of one key (``client.long_term.LongTermOperations``), as the tiers use them."""
+
+    def get_or_create_memory_set(
+        self, name: str, item_type: Any, capacity: Any, context_window: Any, **options: Any
+    ) -> Operation[MemorySet]: ...
+
+    def get_memory_set(self, name: str) -> Operation[MemorySet]: ...
+
+    def add(
+        self,
+        memory_set: MemorySet | str,
+        items: Sequence[str | ChatMessage],
+        ids: Sequence[str] | None,
+        metadatas: Sequence[dict[str, Any]] | None,
+        lifecycle: dict[str, Any],
+        *,
+        wait: bool,
+    ) -> Operation[list[str]]: ...
+
+    def get(self, memory_set: MemorySet | str, ids: Sequence[str] | None) -> Operation[list[MemorySetItem]]: ...
+
+    def delete(self, memory_set: MemorySet | str, ids: Sequence[str] | None) -> Operation[int]: ...
 
 
 def run(operation: Operation[T], perform: Callable[[Step], Any]) -> T:
@@ -131,6 +166,15 @@ def on_redis(client: Any) -> Callable[[Step], Any]:
                 for call in step.calls:
                     call(pipe)
                 return pipe.execute()
+        if isinstance(step, Optimistic):
+
+            def attempt(pipe: Any) -> None:
+                writes = step.writes(pipe.get(step.key))
+                pipe.multi()
+                for call in writes:
+                    call(pipe)
+
+            return client.transaction(attempt, step.key)
         if isinstance(step, Sleep):
             time.sleep(step.seconds)
             return None
@@ -151,6 +195,15 @@ def on_redis_async(client: Any) -> Callable[[Step], Awaitable[Any]]:
                 for call in step.calls:
                     call(pipe)
                 return await pipe.execute()
+        if isinstance(step, Optimistic):
+
+            async def attempt(pipe: Any) -> None:
+                writes = step.writes(await pipe.get(step.key))
+                pipe.multi()
+                for call in writes:
+                    call(pipe)
+
+            return await client.transaction(attempt, step.key)
         if isinstance(step, Sleep):
             await asyncio.sleep(step.seconds)
             return None

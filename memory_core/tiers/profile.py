@@ -15,17 +15,16 @@ copy that ``get`` falls back to when Redis has lost it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import redis
 
 from memory_core.core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
 from memory_core.core.models import MemorySet, utcnow
+from memory_core.core.settings import LimitsSettings
+from memory_core.core.steps import Command, LongTermSteps, Operation, Optimistic
 from memory_core.core.validation import check_metadata
-
-if TYPE_CHECKING:
-    from memory_core.client import MemoryClient
 
 ITEM_ID = "profile"
 
@@ -55,92 +54,138 @@ def render(document: Mapping[str, Any], prefix: str = "") -> list[str]:
     return lines
 
 
-class UserProfile:
-    """The profile of one user. ``update`` is atomic against concurrent updates of the same profile."""
+class ProfileOperations:
+    """The logic of one user's profile, as operations (``core.steps``) for both clients."""
 
-    def __init__(self, client: MemoryClient, namespace: str, user_id: str) -> None:
-        self._client = client
+    def __init__(
+        self,
+        *,
+        redis_key: str,
+        namespace: str,
+        user_id: str,
+        long_term: LongTermSteps,
+        set_name: str,
+        limits: LimitsSettings,
+    ) -> None:
+        self._key = redis_key
         self.namespace = namespace
         self.user_id = user_id
-        self._key = client.keys.profile(namespace, user_id)
-        self._redis = client.dispatcher_redis
+        self._long_term = long_term
+        self._set_name = set_name
+        self._limits = limits
         self._set: MemorySet | None = None
 
-    def __repr__(self) -> str:
-        return f"UserProfile(namespace={self.namespace!r}, user_id={self.user_id!r})"
-
-    def get(self) -> dict[str, Any]:
-        """The merged profile with ``last_updated``; ``{}`` when the user has none."""
+    def get(self) -> Operation[dict[str, Any]]:
         try:
-            raw = self._redis.get(self._key)
+            raw = yield Command(lambda r: r.get(self._key))
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot read profile {self.user_id!r} from Redis: {exc}") from exc
         if raw is not None:
             document: dict[str, Any] = json.loads(raw)
             return document
-        return self._restore()
+        return (yield from self._restore())
 
-    def update(self, partial: Mapping[str, Any]) -> dict[str, Any]:
-        """Deep-merges ``partial`` into the profile, stamps ``last_updated``, stores it durably; returns it."""
+    def update(self, partial: Mapping[str, Any]) -> Operation[dict[str, Any]]:
         if not isinstance(partial, Mapping):
             raise InvalidRequestError(f"a profile update must be a dict, got {type(partial).__name__}")
-        check_metadata(partial, "profile update", self._client.settings.limits)
+        check_metadata(partial, "profile update", self._limits)
         if "last_updated" in partial:
             raise InvalidRequestError("'last_updated' is set by update(); leave it out of the partial")
-        current = self.get()  # restores from long-term memory first if Redis lost it
+        current = yield from self.get()  # restores from long-term memory first if Redis lost it
         updated: dict[str, Any] = {}
 
-        def merge(pipe: Any) -> None:
+        def merged(raw: Any) -> list[Callable[[Any], Any]]:
             nonlocal updated
-            raw = pipe.get(self._key)
-            base = json.loads(raw) if raw is not None else current
+            base = json.loads(raw) if raw is not None else dict(current)
             base.pop("last_updated", None)
             updated = {**merge_patch(base, partial), "last_updated": utcnow().isoformat()}
-            check_metadata(updated, "profile", self._client.settings.limits)
-            pipe.multi()
-            pipe.set(self._key, json.dumps(updated))
+            check_metadata(updated, "profile", self._limits)
+            document = json.dumps(updated)
+            return [lambda p: p.set(self._key, document)]
 
         try:
-            self._redis.transaction(merge, self._key)
+            yield Optimistic(self._key, merged)
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot update profile {self.user_id!r} in Redis: {exc}") from exc
         text = "\n".join(render({k: v for k, v in updated.items() if k != "last_updated"})) or "(empty profile)"
-        self._profile_set().add([text], ids=[ITEM_ID], metadatas=[{"profile": updated}])
+        profile_set = yield from self._profile_set()
+        yield from self._long_term.add(profile_set, [text], [ITEM_ID], [{"profile": updated}], {}, wait=True)
         return updated
 
-    def delete(self) -> bool:
-        """Removes the profile from Redis and long-term memory; False when there was none."""
-        existed = bool(self.get())
+    def delete(self) -> Operation[bool]:
+        existed = bool((yield from self.get()))
         try:
-            self._redis.delete(self._key)
+            yield Command(lambda r: r.delete(self._key))
         except redis.RedisError as exc:
             raise BrokerUnavailable(f"cannot delete profile {self.user_id!r} in Redis: {exc}") from exc
-        ltm = self._client.long_term(self.namespace, self.user_id)
         try:
-            ltm.delete(self._client.settings.profile.set_name, [ITEM_ID])
+            yield from self._long_term.delete(self._set_name, [ITEM_ID])
         except MemorySetNotFound:
             pass
         return existed
 
-    def _restore(self) -> dict[str, Any]:
-        ltm = self._client.long_term(self.namespace, self.user_id)
+    def _restore(self) -> Operation[dict[str, Any]]:
         try:
-            items = ltm.get(self._client.settings.profile.set_name, [ITEM_ID])
+            items = yield from self._long_term.get(self._set_name, [ITEM_ID])
         except MemorySetNotFound:
             return {}
         if not items:
             return {}
         document: dict[str, Any] = items[0].additional_metadata.get("profile", {})
         try:
-            self._redis.set(self._key, json.dumps(document), nx=True)
+            yield Command(lambda r: r.set(self._key, json.dumps(document), nx=True))
         except redis.RedisError:
             pass  # served from the durable copy; Redis is refilled on the next read
         return document
 
-    def _profile_set(self) -> MemorySet:
+    def _profile_set(self) -> Operation[MemorySet]:
         if self._set is None:
-            ltm = self._client.long_term(self.namespace, self.user_id)
             # Exact dedup would fold a profile that renders like another item of the set into it; the
             # profile is one item that is replaced, never merged.
-            self._set = ltm.get_or_create_memory_set(self._client.settings.profile.set_name, dedup="none")
+            self._set = yield from self._long_term.get_or_create_memory_set(self._set_name, str, 100, 2, dedup="none")
         return self._set
+
+
+class UserProfile:
+    """The profile of one user. ``update`` is atomic against concurrent updates of the same profile."""
+
+    def __init__(self, operations: ProfileOperations, run: Callable[[Operation[Any]], Any]) -> None:
+        self.ops = operations
+        self.namespace = operations.namespace
+        self.user_id = operations.user_id
+        self._run = run
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(namespace={self.namespace!r}, user_id={self.user_id!r})"
+
+    def get(self) -> dict[str, Any]:
+        """The merged profile with ``last_updated``; ``{}`` when the user has none."""
+        document: dict[str, Any] = self._run(self.ops.get())
+        return document
+
+    def update(self, partial: Mapping[str, Any]) -> dict[str, Any]:
+        """Deep-merges ``partial`` into the profile, stamps ``last_updated``, stores it durably; returns it."""
+        document: dict[str, Any] = self._run(self.ops.update(partial))
+        return document
+
+    def delete(self) -> bool:
+        """Removes the profile from Redis and long-term memory; False when there was none."""
+        return bool(self._run(self.ops.delete()))
+
+
+class AsyncUserProfile(UserProfile):
+    """``UserProfile`` for asyncio code: the same calls, awaited."""
+
+    async def get(self) -> dict[str, Any]:  # type: ignore[override]  # the same call, awaited
+        """The merged profile with ``last_updated``; ``{}`` when the user has none."""
+        document: dict[str, Any] = await self._run(self.ops.get())
+        return document
+
+    async def update(self, partial: Mapping[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+        """Deep-merges ``partial`` into the profile, stamps ``last_updated``, stores it durably; returns it."""
+        document: dict[str, Any] = await self._run(self.ops.update(partial))
+        return document
+
+    async def delete(self) -> bool:  # type: ignore[override]
+        """Removes the profile from Redis and long-term memory; False when there was none."""
+        return bool(await self._run(self.ops.delete()))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -22,7 +25,7 @@ from memory_core.core.errors import (
 )
 from memory_core.core.models import ChatMessage, MessageRole
 from memory_core.core.settings import Settings
-from tests.integration.processes import celery_process
+from tests.integration.processes import ROOT, celery_process
 
 T = TypeVar("T")
 
@@ -46,7 +49,7 @@ class Blocking:
         def call(*args: Any, **kwargs: Any) -> Any:
             if name in {"short_term", "sensory"}:
                 return Blocking(attribute(*args, **kwargs), in_memory=_IN_MEMORY)
-            if name in {"long_term", "checkpoints"}:
+            if name in {"long_term", "checkpoints", "profile"}:
                 return Blocking(attribute(*args, **kwargs))  # not awaited in either client
             if name in self._in_memory:
                 return attribute(*args, **kwargs)
@@ -208,6 +211,27 @@ def test_short_term_recall_and_forget_answer_as_the_blocking_client(client: Memo
     assert awaited[2] is True
 
 
+async def profile_scenario(client: Any, namespace: str) -> list[Any]:
+    profile = client.profile(namespace, "ana")
+    first = await profile.update({"name": "Ana", "preferences": {"drink": "green tea"}})
+    second = await profile.update({"preferences": {"drink": None, "food": "ramen"}})
+    hits = await client.long_term(namespace, "ana").search("profile", "what food does she like?", limit=1)
+    return [
+        {k: v for k, v in first.items() if k != "last_updated"},
+        {k: v for k, v in second.items() if k != "last_updated"},
+        hits[0].id,
+        await profile.delete(),
+        await profile.get(),
+    ]
+
+
+def test_profiles_answer_as_the_blocking_client(client: MemoryClient, namespace: str) -> None:
+    blocking, awaited = both(client, profile_scenario, namespace)
+    assert awaited == blocking
+    assert awaited[1] == {"name": "Ana", "preferences": {"food": "ramen"}}
+    assert awaited[2:] == ["profile", True, {}]
+
+
 def test_a_token_for_one_namespace_cannot_reach_another(settings: Settings, worker: Celery, namespace: str) -> None:
     from pydantic import SecretStr
 
@@ -236,52 +260,40 @@ def test_a_token_for_one_namespace_cannot_reach_another(settings: Settings, work
 
 @pytest.mark.timeout(300)
 def test_200_concurrent_calls_never_stall_the_loop(redis_url: str, tmp_path: Path) -> None:
-    # A worker of its own, in another process: an in-thread worker would hold this process's GIL.
+    # The worker and the loop each get a process of their own: this test process runs an in-thread worker,
+    # whose threads would take the GIL from a loop measured here.
     prefix = f"mcloop{uuid.uuid4().hex[:6]}"
     env = {
         "MEMORY_REDIS__URL": redis_url,
         "MEMORY_REDIS__KEY_PREFIX": prefix,
         "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"),
         "MEMORY_METRICS__ENABLED": "false",
+        "MEMORY_CLIENT__TIMEOUT": "120",
     }
-    settings = Settings(_env_file=None, redis={"url": redis_url, "key_prefix": prefix}, client={"timeout": 120})
-    delays: list[float] = []
-
-    async def heartbeat(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            start = time.perf_counter()
-            await asyncio.sleep(0.001)
-            delays.append(time.perf_counter() - start - 0.001)
-
-    async def load() -> list[Any]:
-        async with AsyncMemoryClient(settings) as client:
-            memory = client.long_term("loop", "user-1")
-            await memory.get_or_create_memory_set("facts", capacity=100_000, dedup="none")
-            await memory.add("facts", [f"seed fact number {i}" for i in range(50)])
-            await memory.search("facts", "seed fact", limit=3)  # first calls import and build what they need
-            stop = asyncio.Event()
-            beat = asyncio.create_task(heartbeat(stop))
-            calls: list[Awaitable[Any]] = [memory.add("facts", [f"new fact {i}"], ids=[f"new-{i}"]) for i in range(100)]
-            calls += [memory.search("facts", f"fact number {i}", limit=3) for i in range(100)]
-            try:
-                return await asyncio.gather(*calls)
-            finally:
-                stop.set()
-                await beat
-
     with celery_process("worker", env, tmp_path / "worker.log"):
-        results = asyncio.run(load())
-    assert results[:100] == [[f"new-{i}"] for i in range(100)]
-    assert all(len(hits) == 3 for hits in results[100:])
-    delays.sort()
+        probe = subprocess.run(
+            [sys.executable, "-m", "tests.integration.loop_probe"],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    report = json.loads(probe.stdout)
+    assert report["adds"] == [[f"new-{i}"] for i in range(100)]
+    assert report["hits"] == [3] * 100
+    delays = sorted(report["delays"])
     median, p99, worst = delays[len(delays) // 2], delays[int(len(delays) * 0.99)], delays[-1]
     print(
         f"heartbeat delay over {len(delays)} beats: p50 {median * 1000:.2f} ms, p99 {p99 * 1000:.2f}, worst {worst * 1000:.2f}"
     )
-    # The worker embeds on the same two cores, so the OS takes the loop's core away now and then: bounds with
-    # room for that. Before admission and the redis-py driver fix, the burst stalled the loop for 160 ms at once.
-    assert p99 < 0.015, f"the loop stalled: p99 heartbeat delay {p99 * 1000:.1f} ms"
-    assert worst < 0.050, f"the loop stalled: worst heartbeat delay {worst * 1000:.1f} ms"
+    # The worker embeds on the same two cores, so the OS takes the loop's core away now and then (p99 6-13 ms
+    # here): bounds with room for that. What they catch: before the admission gate and the redis-py driver
+    # fix, the burst stalled the loop for 160 ms in one turn.
+    assert p99 < 0.025, f"the loop stalled: p99 heartbeat delay {p99 * 1000:.1f} ms"
+    assert worst < 0.080, f"the loop stalled: worst heartbeat delay {worst * 1000:.1f} ms"
 
 
 def test_a_session_written_by_one_client_reads_the_same_in_the_other(client: MemoryClient, namespace: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import redis
 
@@ -12,7 +12,7 @@ from memory_core.core import routing
 from memory_core.core.errors import BrokerUnavailable, SetDefinitionConflict
 from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.core.models import ChatMessage, MemorySet, MessageRole
-from memory_core.core.steps import Call, Command, Operation, Send
+from memory_core.core.steps import Call, Command, LongTermSteps, Operation, Send
 from memory_core.core.tokens import TokenCounter
 from memory_core.tiers.session.history import (
     HistoryOperations,
@@ -35,27 +35,6 @@ if TYPE_CHECKING:
 
 Promotion = Literal["messages", "summary", "both", "none"]
 R = TypeVar("R", FoldReport, EntitiesReport)
-
-
-class LongTermSteps(Protocol):
-    """What a session needs of the long-term operations of its key (``client.long_term.LongTermOperations``)."""
-
-    def get_or_create_memory_set(
-        self, name: str, item_type: Any, capacity: Any, context_window: Any, **options: Any
-    ) -> Operation[MemorySet]: ...
-
-    def get_memory_set(self, name: str) -> Operation[MemorySet]: ...
-
-    def add(
-        self,
-        memory_set: MemorySet | str,
-        items: Sequence[str | ChatMessage],
-        ids: Sequence[str] | None,
-        metadatas: Sequence[dict[str, Any]] | None,
-        lifecycle: dict[str, Any],
-        *,
-        wait: bool,
-    ) -> Operation[list[str]]: ...
 
 
 class SessionOperations:
