@@ -37,6 +37,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from stack import ROOT, RUN_DIR, VENV_BIN, clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import (
+    AsyncMemoryClient,
     CompactionConfig,
     LongTermMemory,
     MemoryClient,
@@ -443,6 +444,64 @@ async def _through_doors(
     return timings
 
 
+CONCURRENCY = (1, 8, 32)
+
+
+def _concurrency(client: MemoryClient, calls: int) -> list[tuple[int, str, float, float]]:
+    """Calls per second of the sync client from N threads and of ``AsyncMemoryClient`` from N coroutines,
+    for searches and one-text adds (until durable), each N side by side on one worker.
+
+    Every query and text is new (tagged with the client and N), so no cache answers for either.
+    """
+    ltm = client.long_term(DOORS_NAMESPACE, "k")
+    base = [t.rsplit(" (", 1)[0] for t in corpus(calls, seed=23)]
+    rows = []
+    for n in CONCURRENCY:
+        for op in ("search", "add"):
+            texts = {door: [f"{t} ({door} {n} {i})" for i, t in enumerate(base)] for door in ("sync", "async")}
+            call: Callable[[str], object] = (
+                functools.partial(ltm.search, DOORS_SET, limit=5)
+                if op == "search"
+                else lambda text: ltm.add(DOORS_SET, [text], wait=True)
+            )
+            started = time.perf_counter()
+            with ThreadPoolExecutor(n) as pool:
+                list(pool.map(call, texts["sync"]))
+            threads = calls / (time.perf_counter() - started)
+            coroutines = asyncio.run(_async_rate(client.settings, op, texts["async"], n))
+            rows.append((n, op, threads, coroutines))
+    return rows
+
+
+async def _async_rate(settings: Any, op: str, texts: list[str], n: int) -> float:
+    async with AsyncMemoryClient(settings) as aclient:
+        ltm = aclient.long_term(DOORS_NAMESPACE, "k")
+        await ltm.get_memory_set(DOORS_SET)  # the definition, cached as the sync client has it
+        queue = iter(texts)
+
+        async def runner() -> None:
+            for text in queue:
+                if op == "search":
+                    await ltm.search(DOORS_SET, text, limit=5)
+                else:
+                    await ltm.add(DOORS_SET, [text], wait=True)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(runner() for _ in range(n)))
+        return len(texts) / (time.perf_counter() - started)
+
+
+def _print_concurrency(rows: list[tuple[int, str, float, float]], calls: int) -> None:
+    print(
+        f"\nmemory-core bench, concurrency: {calls} calls per cell, sync client from N threads vs AsyncMemoryClient "
+        "from N coroutines on one loop, side by side; every text new (no cache hits)\n"
+    )
+    print("| N | op | sync, N threads (calls/s) | async, N coroutines (calls/s) | async / sync |")
+    print("|---|---|---|---|---|")
+    for n, op, threads, coroutines in rows:
+        print(f"| {n} | {op} | {threads:.0f} | {coroutines:.0f} | {coroutines / threads:.2f} |")
+
+
 def _print_doors(doors: dict[str, list[float]], facts: int) -> None:
     searches, adds = len(doors["client search"]), len(doors["client add"])
     print(
@@ -481,7 +540,9 @@ def _only_doors(args: argparse.Namespace) -> None:
     with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
         doors = _doors(client, env, args.door_facts, args.searches)
+        rates = _concurrency(client, args.searches)
     _print_doors(doors, args.door_facts)
+    _print_concurrency(rates, args.searches)
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ messages, scope checks and errors. Only the I/O is awaited. Differences, by desi
 * Memory sets come back unbound: call ``await memory.add(memory_set, ...)``, not ``memory_set.add``.
 * Reads are not cached: this client keeps set definitions in its process and sends every get and
   search to a worker.
-* Concurrent adds are not merged into one message (``MemoryClient`` does that across threads).
 * Sessions have their history, promotion, folds and ``finish``, not the LangChain-style strategies.
 """
 
@@ -25,13 +24,13 @@ from typing import Any, Self, TypeVar
 
 from memory_core.client.async_session import AsyncSession
 from memory_core.client.base import ClientBase, add_summary
-from memory_core.client.coalescing import Sent
+from memory_core.client.coalescing import AsyncAddCoalescer
 from memory_core.client.long_term import LongTermOperations, SetRef, stored_ids
 from memory_core.core import routing
 from memory_core.core.cache.definitions import DefinitionCache
 from memory_core.core.cache.tiered import TieredCache
 from memory_core.core.dispatch_async import AsyncDispatcher, open_async_redis
-from memory_core.core.messages import CompactionReport, ForgetReceipt, RecallReply
+from memory_core.core.messages import AddRequest, CompactionReport, ForgetReceipt, RecallReply
 from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem, SearchMode, Usage
 from memory_core.core.settings import Settings, load_settings
 from memory_core.core.steps import Call, Operation, Send, Step, SubmitAdd, Wait, on_redis_async, run_async
@@ -86,6 +85,7 @@ class AsyncMemoryClient(ClientBase):
         )
         self.reads = None
         self._gate = asyncio.Semaphore(_STARTING)
+        self.adds = AsyncAddCoalescer(self._publish_add, max_items=settings.client.coalesce_max_items)
 
     @classmethod
     def from_env(cls) -> AsyncMemoryClient:
@@ -188,7 +188,7 @@ class AsyncMemoryClient(ClientBase):
             if isinstance(step, SubmitAdd):
                 if step.need_worker:
                     await dispatcher.require_worker(routing.ADD)
-                sent = Sent(await dispatcher.send(routing.ADD, step.request, add_summary(step.request)), 0, False)
+                sent = await self.adds.send(step.request)
                 leave()
                 return sent
             if isinstance(step, Wait):
@@ -204,6 +204,9 @@ class AsyncMemoryClient(ClientBase):
             return await run_async(operation, perform)
         finally:
             leave()
+
+    async def _publish_add(self, request: AddRequest) -> str:
+        return await self.dispatcher.send(routing.ADD, request, add_summary(request))
 
     async def aclose(self) -> None:
         """Releases broker and Redis connections."""
@@ -225,13 +228,16 @@ class AsyncWriteReceipt:
     task_id: str
     namespace: str
     _client: AsyncMemoryClient
+    _offset: int = 0
+    _shared: bool = False
 
     async def wait(self, timeout: float | None = None) -> list[str]:
         """Waits until the worker has stored the items; returns the id each is stored under."""
         if not self.task_id:
             return self.ids
-        reply = await self._client.dispatcher.wait(self.namespace, self.task_id, timeout, task=routing.ADD)
-        return stored_ids(reply, 0, len(self.ids))
+        dispatcher = self._client.dispatcher
+        reply = await dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared, task=routing.ADD)
+        return stored_ids(reply, self._offset, len(self.ids))
 
 
 class AsyncLongTermMemory:
@@ -285,8 +291,9 @@ class AsyncLongTermMemory:
         """Like ``add(wait=False)``, returning a receipt that can be awaited for durability."""
         operation = self._ops.submit(memory_set, items, ids, metadatas, lifecycle, need_worker=False)
         sent_ids, sent = await self._client.run(operation)
-        task_id = "" if sent is None else sent.task_id
-        return AsyncWriteReceipt(sent_ids, task_id, self.namespace, self._client)
+        if sent is None:
+            return AsyncWriteReceipt([], "", self.namespace, self._client)
+        return AsyncWriteReceipt(sent_ids, sent.task_id, self.namespace, self._client, sent.offset, sent.shared)
 
     async def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
         """Compacts the set now, even below capacity, and waits for the report."""

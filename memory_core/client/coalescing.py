@@ -15,11 +15,12 @@ carry the writes, never what ``add(wait=False)`` promises.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from memory_core.core import tracing
 from memory_core.core.messages import AddRequest
@@ -132,10 +133,71 @@ class AddCoalescer:
                 waiter.wake.set()
 
 
-def _merge(batch: list[_Waiter], max_items: int) -> list[list[_Waiter]]:
+class AsyncAddCoalescer:
+    """``AddCoalescer`` for one event loop: adds that arrive while a publish is awaited share the next message.
+
+    No linger: on a loop, the callers a publish released are back in the queue by the time the next
+    publish starts, so the queue fills on its own.
+    """
+
+    def __init__(self, publish: Callable[[AddRequest], Awaitable[str]], *, max_items: int) -> None:
+        self._publish = publish
+        self.max_items = max_items
+        self._queue: list[_Pending] = []
+        self._leading = False
+        self.messages = 0
+        self.requests = 0
+
+    async def send(self, request: AddRequest) -> Sent:
+        """Publishes ``request`` (maybe merged with others); raises what publishing raised."""
+        pending = _Pending(request, asyncio.get_running_loop().create_future())
+        self._queue.append(pending)
+        if not self._leading:
+            self._leading = True
+            try:
+                while self._queue:
+                    batch, self._queue = self._queue, []
+                    for group in _merge(batch, self.max_items):
+                        await self._send_group(group)
+            finally:
+                self._leading = False
+        return await pending.sent
+
+    async def _send_group(self, group: list[_Pending]) -> None:
+        first = group[0].request
+        items = [item for p in group for item in p.request.items]
+        merged = first if len(group) == 1 else first.model_copy(update={"items": items})
+        try:
+            task_id = await self._publish(merged)
+        except Exception as exc:  # noqa: BLE001  # every caller of the group gets the publish error as its own
+            for pending in group:
+                pending.sent.set_exception(exc)
+            return
+        offset = 0
+        for pending in group:
+            pending.sent.set_result(Sent(task_id, offset, len(group) > 1))
+            offset += len(pending.request.items)
+        self.messages += 1
+        self.requests += len(group)
+
+
+@dataclass
+class _Pending:
+    request: AddRequest
+    sent: asyncio.Future[Sent]
+
+
+class _Queued(Protocol):
+    request: AddRequest
+
+
+Q = TypeVar("Q", bound=_Queued)
+
+
+def _merge(batch: list[Q], max_items: int) -> list[list[Q]]:
     """Groups of requests to one set, each within ``max_items`` and free of repeated ids, in arrival order."""
-    open_groups: dict[Scope, tuple[list[_Waiter], set[str]]] = {}
-    groups: list[list[_Waiter]] = []
+    open_groups: dict[Scope, tuple[list[Q], set[str]]] = {}
+    groups: list[list[Q]] = []
     for waiter in batch:
         ids = {item.id for item in waiter.request.items}
         current = open_groups.get(waiter.request.scope)

@@ -15,7 +15,7 @@ import base64
 import functools
 import threading
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
@@ -24,16 +24,18 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field, SecretStr
 
-from memory_core.client import MemoryClient
+from memory_core.client import LongTermMemory, MemoryClient
 from memory_core.client.admin import Admin
 from memory_core.core import routing
 from memory_core.core.auth import TokenMap
 from memory_core.core.dispatch import open_redis
 from memory_core.core.errors import ConfigurationError, MemoryCoreError, MemorySetNotFound
 from memory_core.core.liveness import consumers
-from memory_core.core.models import MemorySet, MemorySetItem
+from memory_core.core.models import MemorySetItem
 from memory_core.core.settings import Settings
 from memory_core.tiers.short_term import MemoryObject
+
+T = TypeVar("T")
 
 INSTRUCTIONS = (
     "Long-term memory for this user. Search it before answering questions about the user or earlier work "
@@ -146,8 +148,16 @@ class MemoryTools:
         pinned: Annotated[bool, Field(description="Never evicted or expired.")] = False,
     ) -> Stored:
         """Store facts, preferences or decisions in long-term memory; one fact per text."""
-        memories = self._writable(set_name)
-        return Stored(ids=memories.add(list(texts), importance=importance, pinned=pinned or None))
+        ltm, name = self._scope(set_name)
+        add = functools.partial(ltm.add, name, list(texts), importance=importance, pinned=pinned or None)
+        try:
+            return Stored(ids=add())  # the set's definition comes from the client's cache: no extra round trip
+        except MemorySetNotFound:
+            # The default set is made on the first write; any other must exist (MemorySetNotFound says so).
+            if name != self._settings.set_name:
+                raise
+            ltm.get_or_create_memory_set(name, capacity=self._settings.set_capacity)
+            return Stored(ids=add())
 
     def search_memory(
         self,
@@ -157,19 +167,19 @@ class MemoryTools:
         mode: Literal["hybrid", "dense", "lexical"] = "hybrid",
     ) -> Memories:
         """Search long-term memory by meaning and words; best matches first."""
-        memories = self._existing(set_name)
-        found = memories.search(query, limit=limit, mode=mode) if memories is not None else []
+        ltm, name = self._scope(set_name)
+        found = _or_none(lambda: ltm.search(name, query, limit=limit, mode=mode)) or []
         return Memories(memories=[_memory(item) for item in found])
 
     def get_memories(self, ids: list[str] | None = None, set_name: SetName = None) -> Memories:
         """Read stored memories by id, or all of a set in the order they were stored."""
-        memories = self._existing(set_name)
-        return Memories(memories=[_memory(item) for item in memories.get(ids)] if memories is not None else [])
+        ltm, name = self._scope(set_name)
+        return Memories(memories=[_memory(item) for item in _or_none(lambda: ltm.get(name, ids)) or []])
 
     def delete_memory(self, ids: list[str], set_name: SetName = None) -> Deleted:
         """Delete stored memories by id."""
-        memories = self._existing(set_name)
-        return Deleted(deleted=memories.delete(ids) if memories is not None else 0)
+        ltm, name = self._scope(set_name)
+        return Deleted(deleted=_or_none(lambda: ltm.delete(name, ids)) or 0)
 
     def recall(
         self,
@@ -216,21 +226,17 @@ class MemoryTools:
         live = {queue: len(consumers(client.dispatcher_redis, client.keys, queue)) for queue in queues}
         return Status(namespace=namespace, key=self._settings.key, queues=live)
 
-    def _writable(self, set_name: str | None) -> MemorySet:
-        # The default set is made on the first write; any other must exist (MemorySetNotFound says so).
+    def _scope(self, set_name: str | None) -> tuple[LongTermMemory, str]:
         client, namespace = self._scopes.current()
-        ltm = client.long_term(namespace, self._settings.key)
-        name = set_name or self._settings.set_name
-        if name == self._settings.set_name:
-            return ltm.get_or_create_memory_set(name, capacity=self._settings.set_capacity)
-        return ltm.get_memory_set(name)
+        return client.long_term(namespace, self._settings.key), set_name or self._settings.set_name
 
-    def _existing(self, set_name: str | None) -> MemorySet | None:
-        client, namespace = self._scopes.current()
-        try:
-            return client.long_term(namespace, self._settings.key).get_memory_set(set_name or self._settings.set_name)
-        except MemorySetNotFound:
-            return None  # nothing stored there yet: nothing to find, read or delete
+
+def _or_none(read: Callable[[], T]) -> T | None:
+    """What ``read`` returns, or None when its set does not exist yet (nothing to find, read or delete)."""
+    try:
+        return read()
+    except MemorySetNotFound:
+        return None
 
 
 TOOLS = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -9,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory_core.client.coalescing import AddCoalescer, Sent
+from memory_core.client.coalescing import AddCoalescer, AsyncAddCoalescer, Sent
 from memory_core.core.errors import BrokerUnavailable
 from memory_core.core.messages import AddRequest, NewItem
 
@@ -152,3 +153,54 @@ def test_without_a_linger_the_next_caller_publishes_at_once():
     started = time.monotonic()
     coalescer.send(request("s", "d"))
     assert time.monotonic() - started < 0.5
+
+
+class AsyncBroker:
+    """Records what is published; each publish yields to the loop once, as a Redis round trip does."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.published: list[AddRequest] = []
+        self.fail_after = fail_after
+
+    async def publish(self, request: AddRequest) -> str:
+        await asyncio.sleep(0)
+        if self.fail_after is not None and len(self.published) >= self.fail_after:
+            raise BrokerUnavailable("broker gone")
+        self.published.append(request)
+        return f"task-{len(self.published)}"
+
+
+def test_async_adds_that_arrive_during_a_publish_share_the_next_message() -> None:
+    broker = AsyncBroker()
+
+    async def scenario() -> list[Sent]:
+        coalescer = AsyncAddCoalescer(broker.publish, max_items=64)
+        return await asyncio.gather(  # type: ignore[return-value]  # a tuple at type level, a list at run time
+            coalescer.send(request("s", "a")),
+            coalescer.send(request("s", "b", "c")),
+            coalescer.send(request("t", "d")),
+            coalescer.send(request("s", "e")),
+        )
+
+    sent = list(asyncio.run(scenario()))
+    # The first goes alone at once; the three that queued behind it go per set, in arrival order.
+    assert [[item.id for item in r.items] for r in broker.published] == [["a"], ["b", "c", "e"], ["d"]]
+    assert sent == [
+        Sent("task-1", 0, False),
+        Sent("task-2", 0, True),
+        Sent("task-3", 0, False),
+        Sent("task-2", 2, True),
+    ]
+
+
+def test_an_async_publish_error_reaches_every_caller_of_its_message() -> None:
+    broker = AsyncBroker(fail_after=1)
+
+    async def scenario() -> list[Sent | BaseException]:
+        coalescer = AsyncAddCoalescer(broker.publish, max_items=64)
+        calls = [coalescer.send(request("s", i)) for i in ("a", "b", "c")]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    first, *rest = asyncio.run(scenario())
+    assert first == Sent("task-1", 0, False)
+    assert all(isinstance(outcome, BrokerUnavailable) for outcome in rest)
