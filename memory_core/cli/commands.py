@@ -1,4 +1,4 @@
-"""Data commands: sets, items, forget, dead letters, usage, stats, export/import, backup/restore."""
+"""Data commands: sets, items, forget, dead letters, usage, stats, export/import, backup/restore; serve."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from memory_core.client import MemoryClient
 from memory_core.client.admin import PAGE, Admin
 from memory_core.client.deadletters import DeadLetters
 from memory_core.core import routing
-from memory_core.core.errors import InvalidRequestError, NotFoundError
+from memory_core.core.errors import ConfigurationError, InvalidRequestError, NotFoundError
 from memory_core.core.files import disk_usage
 from memory_core.core.messages import CreateSetRequest, ExportedItem
 from memory_core.core.models import ChatMessage, CompactionConfig, MemorySet, SearchMode
@@ -139,6 +139,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--yes", action="store_true", help="really replace the store's data")
     p.set_defaults(run=_restore)
+
+    p = sub.add_parser("serve", help="serve the HTTP API (/v1), bearer tokens from MEMORY_AUTH__TOKENS")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    p.add_argument("--dev", action="store_true", help="no auth, loopback only: for trying it out")
+    p.set_defaults(run=_serve)
 
 
 def _json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -616,4 +622,23 @@ def _restore(args: argparse.Namespace, rest: list[str]) -> int:
     print(
         f"restored {args.label!r} into {target} ({size:,.1f} MB on disk); cached reads invalidated. Start the workers again."
     )
+    return EXIT_OK
+
+
+def _serve(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        import uvicorn
+
+        from memory_core.servers import http
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"memory-core serve needs FastAPI and uvicorn (missing {exc.name!r}): pip install 'memory-core[http]'"
+        ) from exc
+    settings = load_settings()
+    app = http.create_app(settings, dev=args.dev)  # refuses to serve without tokens unless --dev
+    http.check(settings, dev=args.dev, host=args.host)
+    if args.dev and settings.auth.tokens is None:
+        print("memory-core serve: dev mode: no authentication, every namespace, loopback only", file=sys.stderr)
+    print(f"memory-core serve: serving http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return EXIT_OK

@@ -1,0 +1,360 @@
+"""memory-core serve as HTTP callers reach it: a real uvicorn process over a real worker, with bearer tokens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from celery import Celery
+
+from memory_core.core import routing
+from memory_core.core.settings import Settings
+from memory_core.testing.fake_anthropic import FakeAnthropic
+
+from .processes import free_port, stop
+
+CLI = str(Path(sys.executable).parent / "memory-core")
+
+
+def _env(settings: Settings, **extra: str) -> dict[str, str]:
+    return {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "MEMORY_REDIS__URL": settings.redis.url,
+        "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
+        "MEMORY_CLIENT__TIMEOUT": "30",
+        "MEMORY_METRICS__ENABLED": "false",
+        **extra,
+    }
+
+
+@contextmanager
+def _serving(settings: Settings, where: Path, *args: str, **env: str) -> Iterator[str]:
+    port = free_port()
+    log_path = where / f"serve-{port}.log"
+    with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
+        process = subprocess.Popen(
+            [CLI, "serve", "--port", str(port), *args], env=_env(settings, **env), cwd=where, stdout=log, stderr=log
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.1)
+        yield url
+    finally:
+        stop(process)
+
+
+@pytest.fixture(scope="module")
+def tenants() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    return f"h-{tag}-a", f"h-{tag}-b"
+
+
+@pytest.fixture(scope="module")
+def api(settings: Settings, worker: Celery, tenants: tuple[str, str], tmp_path_factory) -> Iterator[str]:
+    tokens = {"tok-a": tenants[0], "tok-b": tenants[1]}
+    with _serving(settings, tmp_path_factory.mktemp("http"), MEMORY_AUTH__TOKENS=json.dumps(tokens)) as url:
+        yield url
+
+
+@pytest.fixture
+def as_a(api: str, tenants: tuple[str, str]) -> Iterator[httpx.Client]:
+    base = f"{api}/v1/namespaces/{tenants[0]}"
+    with httpx.Client(base_url=base, headers={"Authorization": "Bearer tok-a"}, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture
+def as_b(api: str, tenants: tuple[str, str]) -> Iterator[httpx.Client]:
+    base = f"{api}/v1/namespaces/{tenants[1]}"
+    with httpx.Client(base_url=base, headers={"Authorization": "Bearer tok-b"}, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture
+def key() -> str:
+    """A key of its own for each test: the store outlives the per-test flush of Redis."""
+    return f"k-{uuid.uuid4().hex[:8]}"
+
+
+def _ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def _error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error: dict[str, Any] = response.json()["error"]
+    return error
+
+
+def test_long_term_sets_and_items_end_to_end(as_a: httpx.Client, key: str, fake_anthropic: FakeAnthropic):
+    notes = f"/keys/{key}/sets/notes"
+    definition = _ok(as_a.put(notes, json={"capacity": 50}))
+    assert definition["name"] == "notes"
+    assert definition["capacity"] == 50
+    assert _ok(as_a.put(notes, json={"capacity": 50})) == definition  # get-or-create: the same definition
+    assert _ok(as_a.get(notes)) == definition
+
+    facts = ["Alice prefers green tea", "Alice is allergic to peanuts"]
+    added = _ok(as_a.post(notes + "/items", json={"items": facts, "metadatas": [{"topic": "drink"}, {}]}))
+    assert len(added["ids"]) == 2
+    hits = _ok(as_a.post(notes + "/search", json={"query": "what does Alice drink?", "limit": 1}))["items"]
+    assert [hit["value"] for hit in hits] == ["Alice prefers green tea"]
+    assert hits[0]["score"] is not None
+    filtered = _ok(as_a.post(notes + "/search", json={"query": "Alice", "filters": {"topic": "drink"}}))["items"]
+    assert [hit["id"] for hit in filtered] == [added["ids"][0]]
+    assert [item["value"] for item in _ok(as_a.get(notes + "/items"))["items"]] == facts
+    one = _ok(as_a.get(notes + "/items", params={"id": added["ids"][1]}))["items"]
+    assert [item["value"] for item in one] == [facts[1]]
+    assert _ok(as_a.get(notes + f"/items/{added['ids'][0]}"))["value"] == facts[0]
+    assert _ok(as_a.get(notes + "/size")) == {"size": 2}
+    listed = _ok(as_a.get("/sets", params={"key": key}))["sets"]
+    assert [(s["key"], s["definition"]["name"], s["size"]) for s in listed] == [(key, "notes", 2)]
+
+    queued = as_a.post(notes + "/items", json={"items": ["Alice hikes"], "wait": False, "importance": 0.9})
+    later = _ok(queued, 202)["ids"][0]
+    deadline = time.monotonic() + 30
+    while not _ok(as_a.get(notes + "/items", params={"id": later}))["items"]:
+        assert time.monotonic() < deadline, "the enqueued add never landed"
+        time.sleep(0.1)
+
+    assert _ok(as_a.post(notes + "/compact"))["status"] == "compacted"
+    assert _ok(as_a.delete(notes + "/items", params={"all": "true"}))["deleted"] >= 1
+    assert _ok(as_a.get(notes + "/size")) == {"size": 0}
+    assert _ok(as_a.delete(notes)) == {"deleted": True}
+    assert _error(as_a.get(notes), 404)["code"] == "memory_set_not_found"
+
+
+def test_items_are_deleted_by_id(as_a: httpx.Client, key: str):
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={}))
+    ids = _ok(as_a.post(notes + "/items", json={"items": ["one", "two", "three"], "ids": ["a", "b", "c"]}))["ids"]
+    assert ids == ["a", "b", "c"]
+    assert _ok(as_a.delete(notes + "/items/a")) == {"deleted": 1}
+    assert _ok(as_a.delete(notes + "/items", params=[("id", "b"), ("id", "nope")])) == {"deleted": 1}
+    assert [item["id"] for item in _ok(as_a.get(notes + "/items"))["items"]] == ["c"]
+    assert _error(as_a.get(notes + "/items/a"), 404)["code"] == "not_found"
+    assert _error(as_a.delete(notes + "/items"), 400)["code"] == "invalid_request"  # neither ids nor all=true
+
+
+def test_short_term_state_round_trip(as_a: httpx.Client, key: str):
+    state = f"/keys/{key}/state"
+    assert _ok(as_a.get(state)) == {"state": {}}
+    assert _ok(as_a.put(state + "/plan.step", json={"value": "book a table"})) == {
+        "path": "plan.step",
+        "value": "book a table",
+    }
+    patched = _ok(as_a.patch(state, json={"values": {"plan.guests": 4, "mood": {"tone": "warm"}}}))
+    assert patched == {"state": {"mood": {"tone": "warm"}, "plan": {"guests": 4, "step": "book a table"}}}
+    assert _ok(as_a.get(state)) == patched
+    assert _ok(as_a.get(state + "/plan")) == {"path": "plan", "value": {"guests": 4, "step": "book a table"}}
+    assert _ok(as_a.get(state + "/plan.guests"))["value"] == 4
+    assert _error(as_a.get(state + "/plan.nothing"), 404)["code"] == "not_found"
+    # A value where an object is: refused as a conflict, and nothing of the patch is written.
+    conflict = as_a.patch(state, json={"values": {"extra": 1, "plan.guests.count": 5}})
+    assert _error(conflict, 409)["code"] == "conflict"
+    assert "extra" not in _ok(as_a.get(state))["state"]
+    assert _ok(as_a.delete(state + "/plan")) == {"deleted": True}
+    assert _ok(as_a.delete(state + "/plan")) == {"deleted": False}
+    assert _ok(as_a.get(state)) == {"state": {"mood": {"tone": "warm"}}}
+    assert _ok(as_a.delete(state)) == {"deleted": True}
+    assert _ok(as_a.get(state)) == {"state": {}}
+
+
+def test_checkpoints_round_trip(as_a: httpx.Client, key: str):
+    thread = f"/threads/{key}"
+    first = _ok(as_a.post(thread + "/checkpoints", json={"checkpoint": {"step": 1}}), 201)
+    second = _ok(
+        as_a.post(thread + "/checkpoints", json={"checkpoint": {"step": 2}, "metadata": {"source": "loop"}}), 201
+    )
+    assert second["parent_id"] == first["id"]
+    assert _ok(as_a.get(thread + "/checkpoints/latest")) == second
+    assert _ok(as_a.get(thread + f"/checkpoints/{first['id']}")) == first
+    listed = _ok(as_a.get(thread + "/checkpoints"))["checkpoints"]
+    assert [c["id"] for c in listed] == [second["id"], first["id"]]
+    older = _ok(as_a.get(thread + "/checkpoints", params={"before": second["id"], "limit": 5}))["checkpoints"]
+    assert [c["id"] for c in older] == [first["id"]]
+    reserved = as_a.post(thread + "/checkpoints", json={"checkpoint": {}, "checkpoint_id": "latest"})
+    assert _error(reserved, 400)["code"] == "invalid_request"
+    assert _ok(as_a.delete(thread)) == {"deleted": 2}
+    assert _error(as_a.get(thread + "/checkpoints/latest"), 404)["code"] == "not_found"
+
+
+def test_recall_usage_and_forgetting_a_key(as_a: httpx.Client, key: str, tenants: tuple[str, str]):
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={}))
+    _ok(as_a.post(notes + "/items", json={"items": ["Alice is allergic to peanuts"]}))
+    _ok(as_a.put(f"/keys/{key}/state/plan", json={"value": "dinner on Friday"}))
+    recalled = _ok(as_a.post(f"/keys/{key}/recall", json={"query": "plan dinner for Alice", "limit": 5}))
+    assert "peanuts" in recalled["context"]
+    assert {item["tier"] for item in recalled["items"]} >= {"long_term", "short_term"}
+    assert _ok(as_a.get("/usage"))["namespace"] == tenants[0]
+
+    receipt = _ok(as_a.delete(f"/keys/{key}"))
+    assert receipt["namespace"] == tenants[0]
+    assert receipt["key"] == key
+    assert receipt["items"] == 1
+    assert _error(as_a.get(notes), 404)["code"] == "memory_set_not_found"
+    assert _ok(as_a.get(f"/keys/{key}/state")) == {"state": {}}
+
+
+def test_errors_are_typed_json_with_stable_codes(api: str, as_a: httpx.Client, key: str, tenants: tuple[str, str]):
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={"capacity": 10}))
+
+    schema = _error(as_a.post(notes + "/search", json={"query": "tea", "limit": "five"}), 400)
+    assert (schema["code"], schema["field"]) == ("invalid_request", "limit")
+    unknown = _error(as_a.post(notes + "/items", json={"items": ["x"], "importance": "high"}), 400)
+    assert unknown["field"] == "importance"
+    assert (
+        _error(as_a.post(notes + "/items", content=b"{", headers={"content-type": "application/json"}), 400)["field"]
+        == "body"
+    )
+    bounds = _error(as_a.post(notes + "/search", json={"query": "tea", "limit": 1000}), 400)  # the client's check
+    assert bounds["code"] == "invalid_request"
+    assert "limit" in bounds["message"]
+
+    missing = httpx.get(f"{api}/v1/namespaces/{tenants[0]}/usage")
+    assert _error(missing, 401)["code"] == "unauthorized"
+    assert missing.headers["www-authenticate"] == "Bearer"
+    wrong = httpx.get(f"{api}/v1/namespaces/{tenants[0]}/usage", headers={"Authorization": "Bearer tok-nobody"})
+    assert _error(wrong, 401)["code"] == "unauthorized"
+    other = as_a.get(f"{api}/v1/namespaces/{tenants[1]}/usage")
+    assert _error(other, 403)["code"] == "forbidden"
+
+    absent = _error(as_a.post(f"/keys/{key}/sets/nope/items", json={"items": ["x"]}), 404)
+    assert absent["code"] == "memory_set_not_found"
+    assert "'nope'" in absent["message"]
+    assert _error(as_a.get("/nothing-here"), 404)["code"] == "not_found"
+    assert _error(as_a.put(notes, json={"capacity": 20}), 409)["code"] == "set_definition_conflict"
+
+    huge = {"query": "x" * 2_000_000}
+    assert _error(as_a.post(notes + "/search", json=huge), 413)["code"] == "request_too_large"
+    chunks = (b"x" * 65_536 for _ in range(40))  # no Content-Length: counted as it streams
+    assert _error(as_a.post(notes + "/search", content=chunks), 413)["code"] == "request_too_large"
+
+
+def test_one_token_never_reaches_the_other_namespace(
+    as_a: httpx.Client, as_b: httpx.Client, key: str, tenants: tuple[str, str]
+):
+    a, b = tenants
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={}))
+    _ok(as_a.post(notes + "/items", json={"items": ["The launch code is 0000."]}))
+    _ok(as_a.put(f"/keys/{key}/state/secret", json={"value": "A's plan"}))
+    _ok(as_a.post(f"/threads/{key}/checkpoints", json={"checkpoint": {"owner": "A"}}), 201)
+
+    for http, theirs in ((as_a, b), (as_b, a)):
+        base = f"/v1/namespaces/{theirs}"
+        attempts: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("GET", f"{base}/sets", None),
+            ("PUT", f"{base}{notes}", {}),
+            ("GET", f"{base}{notes}", None),
+            ("POST", f"{base}{notes}/items", {"items": ["planted"]}),
+            ("GET", f"{base}{notes}/items", None),
+            ("POST", f"{base}{notes}/search", {"query": "launch code"}),
+            ("DELETE", f"{base}{notes}", None),
+            ("GET", f"{base}/keys/{key}/state", None),
+            ("PUT", f"{base}/keys/{key}/state/secret", {"value": "overwritten"}),
+            ("POST", f"{base}/threads/{key}/checkpoints", {"checkpoint": {}}),
+            ("GET", f"{base}/threads/{key}/checkpoints/latest", None),
+            ("POST", f"{base}/keys/{key}/recall", {"query": "launch code"}),
+            ("DELETE", f"{base}/keys/{key}", None),
+            ("DELETE", base, None),
+            ("GET", f"{base}/usage", None),
+        ]
+        for method, path, body in attempts:
+            response = http.request(method, str(http.base_url.copy_with(path=path)), json=body)
+            assert _error(response, 403)["code"] == "forbidden", (method, path)
+
+    # B, in its own namespace, with the same key and set names, sees nothing of A's.
+    assert _error(as_b.get(notes), 404)["code"] == "memory_set_not_found"
+    assert _ok(as_b.get("/sets"))["sets"] == []
+    assert _ok(as_b.get(f"/keys/{key}/state")) == {"state": {}}
+    assert _error(as_b.get(f"/threads/{key}/checkpoints/latest"), 404)["code"] == "not_found"
+    assert "launch" not in _ok(as_b.post(f"/keys/{key}/recall", json={"query": "launch code"}))["context"]
+    # And A's data is as A left it.
+    assert [i["value"] for i in _ok(as_a.get(notes + "/items"))["items"]] == ["The launch code is 0000."]
+    assert _ok(as_a.get(f"/keys/{key}/state/secret"))["value"] == "A's plan"
+
+
+def test_probes_and_the_openapi_document(api: str):
+    assert _ok(httpx.get(f"{api}/healthz")) == {"status": "ok"}
+    ready = _ok(httpx.get(f"{api}/readyz", timeout=10))
+    assert ready["ready"] is True
+    assert set(ready["queues"]) == set(routing.QUEUES)
+    assert all(count >= 1 for count in ready["queues"].values())
+
+    spec = _ok(httpx.get(f"{api}/openapi.json"))
+    paths = spec["paths"]
+    ns, key, one = "/v1/namespaces/{namespace}", "/v1/namespaces/{namespace}/keys/{key}", "/sets/{set_name}"
+    expected = {
+        f"{ns}/sets": {"get"},
+        f"{key}{one}": {"put", "get", "delete"},
+        f"{key}{one}/items": {"post", "get", "delete"},
+        f"{key}{one}/items/{{item_id}}": {"get", "delete"},
+        f"{key}{one}/search": {"post"},
+        f"{key}{one}/size": {"get"},
+        f"{key}{one}/compact": {"post"},
+        f"{key}/state": {"get", "patch", "delete"},
+        f"{key}/state/{{path}}": {"get", "put", "delete"},
+        f"{ns}/threads/{{thread_id}}/checkpoints": {"post", "get"},
+        f"{ns}/threads/{{thread_id}}/checkpoints/latest": {"get"},
+        f"{ns}/threads/{{thread_id}}/checkpoints/{{checkpoint_id}}": {"get"},
+        f"{ns}/threads/{{thread_id}}": {"delete"},
+        f"{key}/recall": {"post"},
+        key: {"delete"},
+        ns: {"delete"},
+        f"{ns}/usage": {"get"},
+    }
+    for path, methods in expected.items():
+        assert set(paths[path]) == methods, path
+    assert not any("422" in op["responses"] for ops in paths.values() for op in ops.values())
+    assert "400" in paths[f"{key}{one}/items"]["post"]["responses"]
+    schemas = spec["components"]["schemas"]
+    for model in ("AddItems", "Search", "SetOptions", "StatePatch", "StateValue", "NewCheckpoint", "RecallQuery"):
+        assert schemas[model].get("examples"), model
+    assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_it_refuses_to_serve_without_tokens_or_on_an_open_address_in_dev_mode(settings: Settings, tmp_path: Path):
+    def serve(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [CLI, "serve", *args]
+        return subprocess.run(
+            command, env=_env(settings), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    bare = serve()
+    assert bare.returncode == 2
+    assert "needs MEMORY_AUTH__TOKENS" in bare.stderr
+    exposed = serve("--dev", "--host", "0.0.0.0")
+    assert exposed.returncode == 2
+    assert "loopback only" in exposed.stderr
+
+
+def test_dev_mode_serves_every_namespace_on_loopback_without_auth(settings: Settings, worker: Celery, tmp_path: Path):
+    namespace = f"h-dev-{uuid.uuid4().hex[:8]}"
+    with _serving(settings, tmp_path, "--dev") as url, httpx.Client(base_url=url, timeout=60) as http:
+        notes = f"/v1/namespaces/{namespace}/keys/alice/sets/notes"
+        _ok(http.put(notes, json={}))
+        _ok(http.post(notes + "/items", json={"items": ["Alice prefers green tea"]}))
+        receipt = _ok(http.delete(f"/v1/namespaces/{namespace}"))  # forget the whole namespace
+        assert (receipt["namespace"], receipt["key"], receipt["items"]) == (namespace, None, 1)
+        assert _error(http.get(notes), 404)["code"] == "memory_set_not_found"
