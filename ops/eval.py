@@ -2,17 +2,18 @@
 
     ops/eval [DATA_DIR] [--json FILE]
 
-DATA_DIR holds ``items.jsonl`` and ``queries.jsonl`` in the LoCoMo-dev schema (see
-``../shared/data/locomo-dev/README.md``): items have ``conv_id``, ``item_id``, ``text`` and
-``metadata.session``/``turn_index``; queries have ``conv_id``, ``question``, ``evidence_item_ids`` and
-``category``. Without DATA_DIR it uses ``../shared/data/locomo-dev`` beside the project, and exits 0 with
-a note when that is absent.
+DATA_DIR holds ``items.jsonl`` and ``queries.jsonl`` in the schema of ``../shared/data/locomo-dev`` and
+``../shared/data/longmemeval-dev`` (see their READMEs): items have ``conv_id``, ``item_id``, ``text`` and
+``metadata`` (``session`` or ``session_index``, ``turn_index``); queries have ``conv_id``, ``question``,
+``evidence_item_ids`` and ``category`` (an int or a str). Without DATA_DIR it uses
+``../shared/data/locomo-dev`` beside the project, and exits 0 with a note when that is absent.
 
 Each conversation becomes a key of the namespace ``eval``; its turns are added in order, through the
 queue and a worker, into three text sets that differ only in ``context_window`` (2, the default; 1; 0),
 so the context ablation is measured in the same run. Every query then runs through ``search`` in each
 mode. R@k is the share of a query's evidence turns found in the top k (averaged over queries); MRR uses
-the rank of the first evidence turn. Categories 1-4 are the headline; category 5 is reported apart.
+the rank of the first evidence turn. The headline is every query with evidence; LoCoMo's category 5
+(adversarial) and LongMemEval's abstention questions (no evidence) are reported apart.
 """
 
 from __future__ import annotations
@@ -29,14 +30,14 @@ from typing import Any
 from stack import ROOT, clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import MemoryClient, load_settings
-from memory_core.core.models import MemorySet
+from memory_core.core.models import MemorySet, SearchMode
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev"
 NAMESPACE = "eval"
 WINDOWS = (2, 1, 0)  # 2 is the product default
 KS = (1, 5, 10)
 # (label, set context window, search mode); the first is the product default.
-RUNS = [
+RUNS: list[tuple[str, int, SearchMode]] = [
     ("hybrid (default)", 2, "hybrid"),
     ("hybrid, context 1", 1, "hybrid"),
     ("hybrid, no context", 0, "hybrid"),
@@ -66,7 +67,7 @@ def _load(client: MemoryClient, items: list[dict[str, Any]]) -> dict[tuple[str, 
         by_conv[item["conv_id"]].append(item)
     sets: dict[tuple[str, int], MemorySet] = {}
     for conv_id, turns in by_conv.items():
-        turns.sort(key=lambda t: (t.get("metadata", {}).get("session", 0), t.get("metadata", {}).get("turn_index", 0)))
+        turns.sort(key=_position)
         ltm = client.long_term(NAMESPACE, _key(conv_id))
         for window in WINDOWS:
             memory_set = ltm.get_or_create_memory_set(
@@ -76,10 +77,7 @@ def _load(client: MemoryClient, items: list[dict[str, Any]]) -> dict[tuple[str, 
             receipts = []
             for start in range(0, len(turns), 200):
                 batch = turns[start : start + 200]
-                metadatas = [
-                    {"session": t.get("metadata", {}).get("session", 0), "speaker": str(t.get("speaker", ""))}
-                    for t in batch
-                ]
+                metadatas = [{"session": _position(t)[0], "speaker": str(t.get("speaker", ""))} for t in batch]
                 receipts.append(
                     ltm.submit(
                         memory_set, [t["text"] for t in batch], ids=[t["item_id"] for t in batch], metadatas=metadatas
@@ -88,6 +86,17 @@ def _load(client: MemoryClient, items: list[dict[str, Any]]) -> dict[tuple[str, 
             for receipt in receipts:
                 receipt.wait(timeout=600)
     return sets
+
+
+def _position(turn: dict[str, Any]) -> tuple[int, int]:
+    """A turn's session and place in it: ``metadata.session`` (LoCoMo) or ``session_index`` (LongMemEval)."""
+    metadata = turn.get("metadata", {})
+    return int(metadata.get("session", metadata.get("session_index", 0))), int(metadata.get("turn_index", 0))
+
+
+def _apart(query: dict[str, Any]) -> bool:
+    """Reported apart: LoCoMo's adversarial category 5, LongMemEval's abstention questions."""
+    return bool(query.get("abstention")) or query.get("category") == 5
 
 
 class _Score:
@@ -111,7 +120,8 @@ class _Score:
 def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, Any]]) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for label, window, mode in RUNS:
-        main, by_category, cat5 = _Score(), defaultdict(_Score), _Score()
+        main, apart = _Score(), _Score()
+        by_category: defaultdict[str, _Score] = defaultdict(_Score)
         latencies = []
         for query in queries:
             memory_set = sets.get((query["conv_id"], window))
@@ -122,16 +132,15 @@ def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, An
             hits = memory_set.search(query["question"], limit=max(KS), mode=mode)
             latencies.append((time.perf_counter() - started) * 1000)
             ranked = [hit.id for hit in hits]
-            category = int(query.get("category", 0))
-            if category == 5:
-                cat5.add(ranked, evidence)
+            if _apart(query):
+                apart.add(ranked, evidence)
             else:
                 main.add(ranked, evidence)
-                by_category[category].add(ranked, evidence)
+                by_category[str(query.get("category", ""))].add(ranked, evidence)
         results[label] = {
-            "categories 1-4": main.row(),
-            "per category": {str(c): s.row() for c, s in sorted(by_category.items())},
-            "category 5": cat5.row(),
+            "headline": main.row(),
+            "per category": {c: s.row() for c, s in sorted(by_category.items())},
+            "apart": apart.row(),
             "search p50 ms": statistics.median(latencies) if latencies else 0.0,
         }
     return results
@@ -141,15 +150,16 @@ def _print(results: dict[str, Any], data: Path, load_s: float, query_s: float, i
     print(f"\nmemory-core eval: {data} ({items} items, {queries} queries), loaded in {load_s:.1f} s, "
           f"queries in {query_s:.1f} s\n")  # fmt: skip
     cats = sorted({c for r in results.values() for c in r["per category"]})
-    head = "| run (categories 1-4) | R@1 | R@5 | R@10 | MRR | " + " | ".join(f"R@10 cat {c}" for c in cats)
-    print(head + " | cat 5 R@10 | search p50 |")
+    head = "| run (headline) | R@1 | R@5 | R@10 | MRR | " + " | ".join(f"R@10 {c}" for c in cats)
+    print(head + " | apart R@10 (n) | search p50 |")
     print("|" + "---|" * (head.count("|") + 1))
     for label, r in results.items():
-        m = r["categories 1-4"]
+        m = r["headline"]
         per = " | ".join(f"{r['per category'].get(c, {}).get('R@10', 0.0):.3f}" for c in cats)
+        apart = r["apart"]
         print(
             f"| {label} | {m['R@1']:.3f} | {m['R@5']:.3f} | {m['R@10']:.3f} | {m['MRR']:.3f} | {per} | "
-            f"{r['category 5']['R@10']:.3f} | {r['search p50 ms']:.1f} ms |"
+            f"{apart['R@10']:.3f} ({apart['n']}) | {r['search p50 ms']:.1f} ms |"
         )
     if data.resolve() == DEFAULT_DATA.resolve():
         for label, *numbers in BASELINES:

@@ -16,7 +16,9 @@ from .processes import ROOT
 EVAL = [sys.executable, str(ROOT / "ops" / "eval.py")]
 
 
-def _write(folder: Path) -> None:
+def _write(folder: Path, *, longmemeval: bool = False) -> None:
+    """Five turns and three questions, in LoCoMo's schema or LongMemEval's (string categories, sessions by
+    ``session_index``, an abstention question instead of category 5)."""
     turns = [
         ("D1:1", 1, 0, "Ana: I adopted a grey cat named Pixel last week"),
         ("D1:2", 1, 1, "Bo: congratulations, what does Pixel eat?"),
@@ -30,7 +32,7 @@ def _write(folder: Path) -> None:
             "item_id": i,
             "text": t,
             "speaker": t.split(":")[0],
-            "metadata": {"session": s, "turn_index": n},
+            "metadata": {"session_index" if longmemeval else "session": s, "turn_index": n},
         }
         for i, s, n, t in turns
     ]
@@ -57,16 +59,25 @@ def _write(folder: Path) -> None:
             "category": 5,
         },
     ]
+    if longmemeval:
+        for query, category in zip(
+            queries, ("single-session-user", "multi-session", "single-session-user"), strict=True
+        ):
+            query["category"] = category
+        queries[2].update(abstention=True, evidence_item_ids=[])
     (folder / "items.jsonl").write_text("\n".join(json.dumps(i) for i in items))
     (folder / "queries.jsonl").write_text("\n".join(json.dumps(q) for q in queries))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(redis_url: str, tmp_path: Path):
+@pytest.mark.parametrize("longmemeval", [False, True], ids=["locomo-schema", "longmemeval-schema"])
+def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(
+    redis_url: str, tmp_path: Path, longmemeval: bool
+):
     data = tmp_path / "data"
     data.mkdir()
-    _write(data)
+    _write(data, longmemeval=longmemeval)
     out = tmp_path / "results.json"
     # A Redis DB of its own: Celery queue names are not under the key prefix, so the session's in-thread
     # worker (same DB, another prefix) would take the eval's tasks.
@@ -80,11 +91,15 @@ def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(redis_url:
     assert "| hybrid (default) |" in done.stdout
     results = json.loads(out.read_text())["results"]
     assert set(results) >= {"hybrid (default)", "lexical (BM25 + context)", "dense (MiniLM)"}
-    main = results["hybrid (default)"]["categories 1-4"]
+    default = results["hybrid (default)"]
+    main = default["headline"]
     assert main["n"] == 2
     assert main["R@1"] == 1.0  # both questions name their evidence's words
     assert main["MRR"] == 1.0
-    assert results["hybrid (default)"]["category 5"]["n"] == 1  # category 5 is reported apart
+    categories = {"single-session-user", "multi-session"} if longmemeval else {"1", "4"}
+    assert set(default["per category"]) == categories
+    # Category 5 is reported apart; an abstention question has no evidence to find, so it is not scored.
+    assert default["apart"]["n"] == (0 if longmemeval else 1)
 
 
 def test_eval_refuses_a_folder_without_the_files(tmp_path: Path):
