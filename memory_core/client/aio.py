@@ -85,7 +85,10 @@ class AsyncMemoryClient(ClientBase):
         )
         self.reads = None
         self._gate = asyncio.Semaphore(_STARTING)
-        self.adds = AsyncAddCoalescer(self._publish_add, max_items=settings.client.coalesce_max_items)
+        client = settings.client
+        self.adds = AsyncAddCoalescer(
+            self._publish_add, max_items=client.coalesce_max_items, linger=client.coalesce_linger_ms / 1000
+        )
 
     @classmethod
     def from_env(cls) -> AsyncMemoryClient:

@@ -136,15 +136,18 @@ class AddCoalescer:
 class AsyncAddCoalescer:
     """``AddCoalescer`` for one event loop: adds that arrive while a publish is awaited share the next message.
 
-    No linger: on a loop, the callers a publish released are back in the queue by the time the next
-    publish starts, so the queue fills on its own.
+    The callers a shared message released come back one by one, as their replies are read, so the next
+    publish lingers as the threaded one does (``linger``) until as many have queued again.
     """
 
-    def __init__(self, publish: Callable[[AddRequest], Awaitable[str]], *, max_items: int) -> None:
+    def __init__(self, publish: Callable[[AddRequest], Awaitable[str]], *, max_items: int, linger: float = 0.0) -> None:
         self._publish = publish
         self.max_items = max_items
+        self.linger = linger
         self._queue: list[_Pending] = []
+        self._arrived = asyncio.Event()
         self._leading = False
+        self._last_round = 1
         self.messages = 0
         self.requests = 0
 
@@ -152,16 +155,32 @@ class AsyncAddCoalescer:
         """Publishes ``request`` (maybe merged with others); raises what publishing raised."""
         pending = _Pending(request, asyncio.get_running_loop().create_future())
         self._queue.append(pending)
+        self._arrived.set()
         if not self._leading:
             self._leading = True
             try:
                 while self._queue:
+                    await self._gather()
                     batch, self._queue = self._queue, []
+                    self._last_round = len(batch)
                     for group in _merge(batch, self.max_items):
                         await self._send_group(group)
             finally:
                 self._leading = False
         return await pending.sent
+
+    async def _gather(self) -> None:
+        # A lone caller never waits: its previous round carried only itself.
+        if self.linger <= 0 or self._last_round <= 1:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger
+        while len(self._queue) < self._last_round and (left := deadline - loop.time()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                return
 
     async def _send_group(self, group: list[_Pending]) -> None:
         first = group[0].request

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 import redis
@@ -26,6 +27,9 @@ from memory_core.core.keys import Keys
 from memory_core.core.messages import NamespaceRequest
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.steps import Operation, on_redis_async, run_async
+
+_KEPT_REPLIES = 4096
+"""Replies of shared tasks kept in the process, newest last."""
 
 
 def _driver() -> dict[str, Any]:
@@ -87,6 +91,7 @@ class AsyncDispatcher(Dispatching):
             same = settings.broker_url == settings.redis.url
             self._broker_redis = redis_client if same else open_async_redis(settings, url=settings.broker_url)
         self._blocking: Dispatcher | None = None  # publishes on AMQP, from a worker thread
+        self._replies: OrderedDict[str, asyncio.Future[dict[str, Any]]] = OrderedDict()
 
     async def run(self, operation: Operation[Any]) -> Any:
         """Drives a Redis-only operation on this dispatcher's connections."""
@@ -115,9 +120,22 @@ class AsyncDispatcher(Dispatching):
         return task_id
 
     async def wait(self, namespace: str, task_id: str, timeout: float | None = None, **options: Any) -> dict[str, Any]:
-        """Waits for the worker's reply; see ``Dispatching.waiting`` (``shared``, ``task``)."""
-        result: dict[str, Any] = await self.run(self.waiting(namespace, task_id, timeout, **options))
-        return result
+        """Waits for the worker's reply; see ``Dispatching.waiting`` (``shared``, ``task``).
+
+        Callers of this process that share a task (merged adds) share one read of its reply, instead of
+        each reading it and putting it back for the next.
+        """
+        if not options.get("shared"):
+            result: dict[str, Any] = await self.run(self.waiting(namespace, task_id, timeout, **options))
+            return result
+        reading = self._replies.get(task_id)
+        if reading is None:
+            reading = asyncio.ensure_future(self.run(self.waiting(namespace, task_id, timeout, **options)))
+            self._replies[task_id] = reading
+            while len(self._replies) > _KEPT_REPLIES:  # done ones stay a while, for a receipt waited on later
+                self._replies.popitem(last=False)
+        shared: dict[str, Any] = await asyncio.shield(reading)
+        return shared
 
     async def call(
         self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None

@@ -204,3 +204,20 @@ def test_an_async_publish_error_reaches_every_caller_of_its_message() -> None:
     first, *rest = asyncio.run(scenario())
     assert first == Sent("task-1", 0, False)
     assert all(isinstance(outcome, BrokerUnavailable) for outcome in rest)
+
+
+def test_after_a_shared_async_message_the_next_publish_lingers_for_as_many_callers() -> None:
+    broker = AsyncBroker()
+
+    async def scenario() -> None:
+        coalescer = AsyncAddCoalescer(broker.publish, max_items=64, linger=0.5)
+        await asyncio.gather(*(coalescer.send(request("s", i)) for i in ("a", "b", "c")))  # a alone, then b+c
+
+        async def later(item: str) -> Sent:
+            await asyncio.sleep(0.01)  # released callers come back one by one
+            return await coalescer.send(request("s", item))
+
+        await asyncio.gather(coalescer.send(request("s", "d")), later("e"))
+
+    asyncio.run(scenario())
+    assert [[item.id for item in r.items] for r in broker.published] == [["a"], ["b", "c"], ["d", "e"]]
