@@ -6,8 +6,9 @@ Measured in one run on the same texts:
   and search p50/p95 through the queue (client -> worker -> reply);
   then compaction of a set of --compaction-items: with the offline extractive summarizer, and with
   the real anthropic SDK against a fake Messages API on loopback (model calls and tokens per 1,000 items);
-  then the doors: search and add p50/p95 through the sync client and through the MCP server over stdio
-  (the MCP SDK's own client), side by side on the same worker and set of --door-facts facts.
+  then the doors: search and add p50/p95 through the sync client, the MCP server over stdio (the MCP
+  SDK's own client) and the HTTP API (httpx), side by side on the same worker and set of --door-facts
+  facts; and calls per second of AsyncMemoryClient from N coroutines against the sync client from N threads.
 
     ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000] [--door-facts 200]
     ops/bench --doors    # the doors alone
@@ -21,15 +22,18 @@ import functools
 import os
 import random
 import shutil
+import socket
 import statistics
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import qdrant_edge as qe
 import redis
@@ -364,6 +368,7 @@ def _tiers(client: MemoryClient, queries: list[str]) -> dict[str, list[float]]:
     return timings
 
 
+DOORS = ("client", "mcp", "http")
 DOORS_NAMESPACE = "bench-doors"
 DOORS_SET = "facts"
 DOORS_CAPACITY = 100_000
@@ -391,22 +396,48 @@ def _doors(client: MemoryClient, env: dict[str, str], facts: int, calls: int) ->
         "MEMORY_MCP__SET_NAME": DOORS_SET,
         "MEMORY_MCP__SET_CAPACITY": str(DOORS_CAPACITY),
     }
-    timings = asyncio.run(_through_doors(ltm, server_env, {"search": queries, "add": texts[facts:]}))
-    # What the server's tools do before each call (a round trip through the queue each), as the client does it.
-    timings["client lookup"] = _timed(lambda _: ltm.get_memory_set(DOORS_SET), queries)
-    timings["client create"] = _timed(
-        lambda _: ltm.get_or_create_memory_set(DOORS_SET, capacity=DOORS_CAPACITY), queries
-    )
-    return timings
+    port = free_port()
+    serve = [str(VENV_BIN / "memory-core"), "serve", "--dev", "--port", str(port)]
+    with (RUN_DIR / "bench-http.log").open("w") as log:
+        server = subprocess.Popen(serve, cwd=ROOT, env=server_env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", server)
+        base = f"http://127.0.0.1:{port}/v1/namespaces/{DOORS_NAMESPACE}/keys/k/sets/{DOORS_SET}"
+        return asyncio.run(_through_doors(ltm, server_env, base, {"search": queries, "add": texts[facts:]}))
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_healthy(url: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise SystemExit(f"memory-core serve did not come up; see {RUN_DIR / 'bench-http.log'}")
 
 
 async def _through_doors(
-    ltm: LongTermMemory, server_env: dict[str, str], texts: dict[str, list[str]]
+    ltm: LongTermMemory, server_env: dict[str, str], base: str, texts: dict[str, list[str]]
 ) -> dict[str, list[float]]:
     params = StdioServerParameters(command=str(VENV_BIN / "memory-core"), args=["mcp"], env=server_env, cwd=ROOT)
-    timings: dict[str, list[float]] = {f"{door} {op}": [] for op in texts for door in ("client", "mcp")}
+    timings: dict[str, list[float]] = {f"{door} {op}": [] for op in texts for door in DOORS}
     with (RUN_DIR / "bench-mcp.log").open("w") as log:
-        async with stdio_client(params, errlog=log) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(params, errlog=log) as (read, write),
+            ClientSession(read, write) as session,
+            httpx.AsyncClient(base_url=base, timeout=60) as http,
+        ):
             await session.initialize()
 
             async def tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -426,22 +457,41 @@ async def _through_doors(
             async def client_add(text: str) -> int:
                 return len(ltm.add(DOORS_SET, [text], wait=True))
 
+            async def http_search(query: str) -> int:
+                answer = await http.post("/search", json={"query": query, "limit": 5})
+                return len(answer.raise_for_status().json()["items"])
+
+            async def http_add(text: str) -> int:
+                answer = await http.post("/items", json={"items": [text]})
+                return len(answer.raise_for_status().json()["ids"])
+
             async def mcp_add(text: str) -> int:
                 return len((await tool("add_memory", {"texts": [text]}))["ids"])
 
-            calls = {"search": (client_search, mcp_search, 5), "add": (client_add, mcp_add, 1)}
-            for op, (direct, served, expected) in calls.items():
-                await direct(f"warm-up {op} (door a)")  # the server's first call connects its own client
-                await served(f"warm-up {op} (door b)")
-                for i, text in enumerate(texts[op]):
-                    # The same base text through each door, tagged so neither finds it cached; who goes first alternates.
-                    pair = [("client", direct, f"{text} (door a)"), ("mcp", served, f"{text} (door b)")]
-                    for door, call, tagged in pair if i % 2 == 0 else pair[::-1]:
-                        started = time.perf_counter()
-                        got = await call(tagged)
-                        timings[f"{door} {op}"].append((time.perf_counter() - started) * 1000)
-                        assert got == expected, f"{door} {op} returned {got} results, not {expected}"
+            searches: dict[str, Door] = {"client": client_search, "mcp": mcp_search, "http": http_search}
+            adds: dict[str, Door] = {"client": client_add, "mcp": mcp_add, "http": http_add}
+            await _in_turn("search", searches, texts["search"], 5, timings)
+            await _in_turn("add", adds, texts["add"], 1, timings)
     return timings
+
+
+Door = Callable[[str], Awaitable[int]]
+
+
+async def _in_turn(
+    op: str, doors: dict[str, Door], texts: list[str], expected: int, timings: dict[str, list[float]]
+) -> None:
+    """Each text through every door in turn (the order rotates), timed; each call must return ``expected``."""
+    for door, call in doors.items():  # a server's first call connects its own client
+        await call(f"warm-up {op} ({door})")
+    for i, text in enumerate(texts):
+        # The same base text through each door, tagged so none finds it cached.
+        turn = [(door, call, f"{text} ({door})") for door, call in doors.items()]
+        for door, call, tagged in turn[i % 3 :] + turn[: i % 3]:
+            started = time.perf_counter()
+            got = await call(tagged)
+            timings[f"{door} {op}"].append((time.perf_counter() - started) * 1000)
+            assert got == expected, f"{door} {op} returned {got} results, not {expected}"
 
 
 CONCURRENCY = (1, 8, 32)
@@ -513,22 +563,26 @@ def _print_doors(doors: dict[str, list[float]], facts: int) -> None:
     labels = {
         "client search": "`long_term(ns, key).search(set, query, limit=5)`",
         "mcp search": "`search_memory` (limit 5)",
+        "http search": "`POST .../sets/{set}/search` (limit 5)",
         "client add": "`add(set, [text], wait=True)`, until durable",
         "mcp add": "`add_memory` of one text, until durable",
-        "client lookup": "`get_memory_set(set)` alone: `search_memory` makes one before it searches",
-        "client create": "`get_or_create_memory_set(set)` alone: `add_memory` makes one before it adds",
+        "http add": "`POST .../sets/{set}/items` of one text, until durable",
     }
-    doors_named = {"client": "Python client (sync)", "mcp": "MCP server (stdio, SDK `ClientSession`)"}
+    doors_named = {
+        "client": "Python client (sync)",
+        "mcp": "MCP server (stdio, SDK `ClientSession`)",
+        "http": "HTTP API (`memory-core serve`, httpx)",
+    }
     print("| door | op | p50 ms | p95 ms | overhead p50 vs client |")
     print("|---|---|---|---|---|")
-    for op, first in (("search", "lookup"), ("add", "create")):
+    for op in ("search", "add"):
         base = statistics.median(doors[f"client {op}"])
-        for door, what in (("client", op), ("mcp", op), ("client", first)):
-            values = doors[f"{door} {what}"]
+        for door in DOORS:
+            values = doors[f"{door} {op}"]
             p50 = statistics.median(values)
-            overhead = f"{p50 - base:+.2f} ms (x{p50 / base:.2f})" if door == "mcp" else ""
+            overhead = f"{p50 - base:+.2f} ms (x{p50 / base:.2f})" if door != "client" else ""
             print(
-                f"| {doors_named[door]} | {labels[f'{door} {what}']} | {p50:.2f} | {percentile(values, 0.95):.2f} "
+                f"| {doors_named[door]} | {labels[f'{door} {op}']} | {p50:.2f} | {percentile(values, 0.95):.2f} "
                 f"| {overhead} |"
             )
 
