@@ -546,6 +546,12 @@ class Settings(BaseSettings):
         """The Celery broker: ``celery.broker_url`` when set, else the Redis URL."""
         return self.celery.broker_url or self.redis.url
 
+    def with_token(self, token: str | None) -> Settings:
+        """These settings with ``token`` as the client's token (a server acting for a caller); None: unchanged."""
+        if token is None:
+            return self
+        return self.model_copy(update={"client": self.client.model_copy(update={"token": SecretStr(token)})})
+
     @property
     def broker_is_redis(self) -> bool:
         """Whether the broker is Redis (then its queues are keys of ``broker_key_prefix``)."""

@@ -24,6 +24,7 @@ from memory_core.core.messages import AddRequest, NamespaceRequest
 from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem
 
 T = TypeVar("T")
+S = TypeVar("S")  # the steps an operation yields: ``Step`` here; other drivers may define their own
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +125,7 @@ class LongTermSteps(Protocol):
     def delete(self, memory_set: MemorySet | str, ids: Sequence[str] | None) -> Operation[int]: ...
 
 
-def run(operation: Operation[T], perform: Callable[[Step], Any]) -> T:
+def run(operation: Generator[S, Any, T], perform: Callable[[S], Any]) -> T:
     """Drives ``operation`` to its end, performing each step with ``perform`` (which blocks)."""
     outcome: tuple[bool, Any] = (True, None)
     while True:
@@ -139,7 +140,7 @@ def run(operation: Operation[T], perform: Callable[[Step], Any]) -> T:
             outcome = (False, exc)
 
 
-async def run_async(operation: Operation[T], perform: Callable[[Step], Awaitable[Any]]) -> T:
+async def run_async(operation: Generator[S, Any, T], perform: Callable[[S], Awaitable[Any]]) -> T:
     """Drives ``operation`` to its end on the running loop, awaiting each step's ``perform``."""
     value: Any = None
     error: Exception | None = None

@@ -77,7 +77,8 @@ from langgraph.store.base import (
 
 from memory_core.client import MemoryClient
 from memory_core.client.aio import AsyncMemoryClient
-from memory_core.core.errors import ConfigurationError, InvalidRequestError, MemoryCoreError, MemorySetNotFound
+from memory_core.core import steps
+from memory_core.core.errors import ConfigurationError, InvalidRequestError, MemorySetNotFound
 from memory_core.core.models import MemorySetItem, SearchMode
 from memory_core.tiers.checkpoints import Checkpoint as Snapshot
 
@@ -129,19 +130,12 @@ class _Runner:
                     raise
                 return call.missing
 
-        sent: Any = None
-        error: MemoryCoreError | None = None
-        while True:
-            try:
-                step = logic.throw(error) if error is not None else logic.send(sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]  # the logic's own return type
-            try:
-                calls = step if isinstance(step, builtins.list) else [step]
-                results = [one(c) for c in calls]
-                sent, error = (results if calls is step else results[0]), None
-            except MemoryCoreError as exc:
-                sent, error = None, exc
+        def perform(step: _Call | builtins.list[_Call]) -> Any:
+            calls = step if isinstance(step, builtins.list) else [step]
+            results = [one(c) for c in calls]
+            return results if calls is step else results[0]
+
+        return steps.run(logic, perform)
 
     async def arun(self, logic: _Logic[T]) -> T:
         if self._awaited is None:
@@ -156,19 +150,12 @@ class _Runner:
                     raise
                 return call.missing
 
-        sent: Any = None
-        error: MemoryCoreError | None = None
-        while True:
-            try:
-                step = logic.throw(error) if error is not None else logic.send(sent)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]  # the logic's own return type
-            try:
-                calls = step if isinstance(step, builtins.list) else [step]
-                results = builtins.list(await asyncio.gather(*map(one, calls)))
-                sent, error = (results if calls is step else results[0]), None
-            except MemoryCoreError as exc:
-                sent, error = None, exc
+        async def perform(step: _Call | builtins.list[_Call]) -> Any:
+            calls = step if isinstance(step, builtins.list) else [step]
+            results = builtins.list(await asyncio.gather(*map(one, calls)))
+            return results if calls is step else results[0]
+
+        return await steps.run_async(logic, perform)
 
 
 # -- the checkpointer --------------------------------------------------------------------------------------------

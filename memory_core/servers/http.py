@@ -28,7 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive
 
@@ -133,11 +133,8 @@ class _Server:
     def client(self, token: str | None) -> AsyncMemoryClient:
         """The client acting with ``token`` (None: the configured client token, if any)."""
         if token not in self._clients:
-            settings = self.settings
-            if token is not None:  # the caller's own token goes to the workers, which check it again
-                client = settings.client.model_copy(update={"token": SecretStr(token)})
-                settings = settings.model_copy(update={"client": client})
-            self._clients[token] = AsyncMemoryClient(settings)
+            # The caller's own token goes to the workers, which check it again.
+            self._clients[token] = AsyncMemoryClient(self.settings.with_token(token))
         return self._clients[token]
 
     def admit(self, request: Request) -> AsyncMemoryClient:

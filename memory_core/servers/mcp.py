@@ -22,7 +22,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field
 
 from memory_core.client import LongTermMemory, MemoryClient
 from memory_core.client.admin import Admin
@@ -110,11 +110,8 @@ class Scopes:
     def _client(self, token: str | None) -> MemoryClient:
         with self._lock:
             if token not in self._clients:
-                settings = self.settings
-                if token is not None:  # the caller's own token goes to the workers, which check it again
-                    client = settings.client.model_copy(update={"token": SecretStr(token)})
-                    settings = settings.model_copy(update={"client": client})
-                self._clients[token] = MemoryClient(settings)
+                # The caller's own token goes to the workers, which check it again.
+                self._clients[token] = MemoryClient(self.settings.with_token(token))
             return self._clients[token]
 
     async def verify_token(self, token: str) -> AccessToken | None:

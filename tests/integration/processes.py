@@ -16,8 +16,26 @@ from typing import Any
 
 import redis
 
+from memory_core.core.settings import Settings
+
 ROOT = Path(__file__).resolve().parents[2]
 CELERY = str(Path(sys.executable).parent / "celery")
+
+
+CLI = str(Path(sys.executable).parent / "memory-core")
+
+
+def client_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The whole environment of a ``memory-core`` server process (MCP, HTTP) that is a client of ``settings``'
+    deployment: nothing inherited but the PATH to this interpreter's scripts."""
+    return {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "MEMORY_REDIS__URL": settings.redis.url,
+        "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
+        "MEMORY_CLIENT__TIMEOUT": "30",
+        "MEMORY_METRICS__ENABLED": "false",
+        **extra,
+    }
 
 
 def free_port() -> int:

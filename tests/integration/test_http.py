@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,20 +19,7 @@ from memory_core.core import routing
 from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
-from .processes import free_port, stop
-
-CLI = str(Path(sys.executable).parent / "memory-core")
-
-
-def _env(settings: Settings, **extra: str) -> dict[str, str]:
-    return {
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "MEMORY_REDIS__URL": settings.redis.url,
-        "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
-        "MEMORY_CLIENT__TIMEOUT": "30",
-        "MEMORY_METRICS__ENABLED": "false",
-        **extra,
-    }
+from .processes import CLI, client_env, free_port, stop
 
 
 @contextmanager
@@ -42,7 +28,11 @@ def _serving(settings: Settings, where: Path, *args: str, **env: str) -> Iterato
     log_path = where / f"serve-{port}.log"
     with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
         process = subprocess.Popen(
-            [CLI, "serve", "--port", str(port), *args], env=_env(settings, **env), cwd=where, stdout=log, stderr=log
+            [CLI, "serve", "--port", str(port), *args],
+            env=client_env(settings, **env),
+            cwd=where,
+            stdout=log,
+            stderr=log,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -338,7 +328,7 @@ def test_it_refuses_to_serve_without_tokens_or_on_an_open_address_in_dev_mode(se
     def serve(*args: str) -> subprocess.CompletedProcess[str]:
         command = [CLI, "serve", *args]
         return subprocess.run(
-            command, env=_env(settings), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+            command, env=client_env(settings), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
         )
 
     bare = serve()

@@ -35,15 +35,8 @@ class BlockingDrivenSaver(MemoryCoreSaver):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
 
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        found = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+    async def alist(self, config: RunnableConfig | None, **options: Any) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(lambda: list(self.list(config, **options)))
         for one in found:
             yield one
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,20 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from memory_core.core.settings import Settings
 from memory_core.servers.mcp import TOOLS
 
-from .processes import free_port
-
-CLI = str(Path(sys.executable).parent / "memory-core")
-
-
-def _env(settings: Settings, **extra: str) -> dict[str, str]:
-    return {
-        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
-        "MEMORY_REDIS__URL": settings.redis.url,
-        "MEMORY_REDIS__KEY_PREFIX": settings.redis.key_prefix,
-        "MEMORY_CLIENT__TIMEOUT": "30",
-        "MEMORY_METRICS__ENABLED": "false",
-        **extra,
-    }
+from .processes import CLI, client_env, free_port
 
 
 def _data(result: Any) -> Any:
@@ -46,7 +32,7 @@ def _data(result: Any) -> Any:
 def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
     settings: Settings, worker: Celery, namespace: str, tmp_path: Path
 ):
-    env = _env(settings, MEMORY_MCP__NAMESPACE=namespace, MEMORY_MCP__KEY="alice")
+    env = client_env(settings, MEMORY_MCP__NAMESPACE=namespace, MEMORY_MCP__KEY="alice")
 
     async def conversation() -> None:
         params = StdioServerParameters(command=CLI, args=["mcp"], env=env, cwd=str(tmp_path))
@@ -92,13 +78,13 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
 
 def test_without_a_namespace_or_tokens_it_refuses_to_start(settings: Settings, tmp_path: Path):
     stdio = subprocess.run(
-        [CLI, "mcp"], env=_env(settings), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+        [CLI, "mcp"], env=client_env(settings), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
     )
     assert stdio.returncode == 2
     assert "needs MEMORY_MCP__NAMESPACE" in stdio.stderr
     http = subprocess.run(
         [CLI, "mcp", "--http"],
-        env=_env(settings),
+        env=client_env(settings),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -109,7 +95,7 @@ def test_without_a_namespace_or_tokens_it_refuses_to_start(settings: Settings, t
     assert "needs MEMORY_AUTH__TOKENS" in http.stderr
     exposed = subprocess.run(
         [CLI, "mcp", "--http", "--dev", "--host", "0.0.0.0"],
-        env=_env(settings, MEMORY_MCP__NAMESPACE="acme"),
+        env=client_env(settings, MEMORY_MCP__NAMESPACE="acme"),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -125,7 +111,11 @@ def _http_server(settings: Settings, tmp_path: Path, **env: str) -> Iterator[str
     port = free_port()
     log = (tmp_path / "mcp.log").open("wb")
     process = subprocess.Popen(
-        [CLI, "mcp", "--http", "--port", str(port)], env=_env(settings, **env), cwd=tmp_path, stdout=log, stderr=log
+        [CLI, "mcp", "--http", "--port", str(port)],
+        env=client_env(settings, **env),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
