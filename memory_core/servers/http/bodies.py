@@ -1,0 +1,192 @@
+"""The JSON bodies of the ``/v1`` routes, requests and answers, with the examples OpenAPI shows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from memory_core.core.models import (
+    ChatMessage,
+    CompactionConfig,
+    DedupMode,
+    EvictionPolicy,
+    MemorySet,
+    MemorySetItem,
+    SearchMode,
+)
+from memory_core.tiers.checkpoints import Checkpoint
+
+# -- bodies -----------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    # Strict like the client's own models: "0.5" is not a number and "yes" is not a bool.
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _example(**fields: Any) -> ConfigDict:
+    """A request model's example, shown in the OpenAPI document."""
+    return ConfigDict(json_schema_extra={"examples": [fields]})
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(examples=["memory_set_not_found"])
+    message: str = Field(examples=["memory set 'notes' not found in namespace 'acme', key 'alice'"])
+    field: str | None = Field(default=None, description="The offending field, for a request that fails its schema.")
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class SetOptions(_Body):
+    """A memory set's definition (its name is in the path); an existing set must match it."""
+
+    model_config = _example(capacity=200, ttl_seconds=2_592_000, dedup="exact")
+
+    item_type: Literal["str", "ChatMessage"] = "str"
+    capacity: int = Field(default=100, description="Items before a compaction runs.")
+    compaction_config: CompactionConfig | None = None
+    ttl_seconds: int | None = Field(default=None, description="Default time to live of its items.")
+    eviction: EvictionPolicy | None = None
+    dedup: DedupMode | None = None
+    dedup_threshold: float = 0.95
+    context_window: int = 2
+
+
+class SetDefinition(BaseModel):
+    """A memory set's definition as stored."""
+
+    name: str
+    item_type: Literal["str", "ChatMessage"]
+    capacity: int
+    compaction_config: CompactionConfig
+    ttl_seconds: int | None
+    eviction: EvictionPolicy | None
+    dedup: DedupMode | None
+    dedup_threshold: float
+    context_window: int
+
+    @classmethod
+    def of(cls, definition: MemorySet) -> SetDefinition:
+        return cls.model_validate(definition.model_dump(mode="json"))
+
+
+class SetListing(BaseModel):
+    key: str
+    size: int
+    definition: SetDefinition
+
+
+class SetList(BaseModel):
+    sets: list[SetListing]
+
+
+class AddItems(_Body):
+    """Items to add. Lifecycle fields are one value for every item, or a list with one per item."""
+
+    model_config = _example(
+        items=["Alice prefers green tea", "Alice is allergic to peanuts"],
+        metadatas=[{"source": "chat"}, {"source": "chat"}],
+        importance=0.8,
+    )
+
+    items: list[str | ChatMessage]
+    ids: list[str] | None = Field(default=None, description="One id per item; generated when omitted.")
+    metadatas: list[dict[str, JsonValue]] | None = None
+    wait: bool = Field(default=True, description="Answer once stored durably (200), or once enqueued (202).")
+    importance: float | list[float] | None = None
+    source: str | list[str] | None = None
+    pinned: bool | list[bool] | None = None
+    ttl: int | list[int] | None = Field(default=None, description="Seconds to live.")
+    expires_at: datetime | list[datetime] | None = None
+
+    def lifecycle(self) -> dict[str, Any]:
+        fields = ("importance", "source", "pinned", "ttl", "expires_at")
+        return {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
+
+
+class Stored(BaseModel):
+    ids: list[str]
+
+
+class Search(_Body):
+    model_config = _example(query="what does Alice drink?", limit=5, filters={"source": "chat"})
+
+    query: str
+    limit: int = 10
+    filters: dict[str, str | int | list[str | int]] | None = Field(
+        default=None, description="Metadata keys matched exactly; a list matches any of its values."
+    )
+    mode: SearchMode = "hybrid"
+
+
+class Items(BaseModel):
+    items: list[MemorySetItem]
+
+
+class Count(BaseModel):
+    deleted: int
+
+
+class Deleted(BaseModel):
+    deleted: bool
+
+
+class Size(BaseModel):
+    size: int
+
+
+class StateValue(_Body):
+    model_config = _example(value="book a table", ttl=3600)
+
+    value: JsonValue
+    ttl: float | None = Field(default=None, description="Seconds until this path expires.")
+
+
+class StatePatch(_Body):
+    """Values to set, by dotted path; all or none are written."""
+
+    model_config = _example(values={"plan.step": "book a table", "plan.guests": 4})
+
+    values: dict[str, JsonValue]
+    ttl: float | None = Field(default=None, description="Seconds until each of these paths expires.")
+
+
+class State(BaseModel):
+    """A short-term state object: nested objects as JSON objects; bytes as ``{"base64": ...}``."""
+
+    state: dict[str, Any]
+
+
+class PathValue(BaseModel):
+    path: str
+    value: Any
+
+
+class NewCheckpoint(_Body):
+    model_config = _example(checkpoint={"step": 3, "messages": []}, metadata={"source": "loop"})
+
+    checkpoint: dict[str, JsonValue]
+    checkpoint_ns: str = ""
+    checkpoint_id: str | None = Field(default=None, description="Generated when omitted; 'latest' is reserved.")
+    parent_id: str | None = Field(default=None, description="The thread's newest checkpoint when omitted.")
+    metadata: dict[str, JsonValue] | None = None
+
+
+class Checkpoints(BaseModel):
+    checkpoints: list[Checkpoint]
+
+
+class RecallQuery(_Body):
+    model_config = _example(query="plan dinner for Alice", limit=5, token_budget=500)
+
+    query: str
+    limit: int = 10
+    token_budget: int | None = None
+    session_id: str | None = None
+    sets: list[str] | None = Field(default=None, description="Only these long-term sets; every set when omitted.")
