@@ -117,10 +117,20 @@ class Lexical:
         return self._model
 
     def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
-        """The two sparse vectors of an item: its text, and its text after its ``previous`` items'."""
+        """The two sparse vectors of an item: its text, and its text after the ends of its ``previous`` items'."""
         plain = self.document(text)
-        context = self.document("\n".join([*previous, text])) if previous else plain
+        context = self.document("\n".join([*(_tail(p) for p in previous), text])) if previous else plain
         return {SPARSE_TEXT: plain, SPARSE_CONTEXT: context}
+
+
+CONTEXT_WORDS = 40
+"""Words of each previous item that go into an item's context: the end of a turn is what leads to the next,
+and a long turn's whole text would drown the item's own words."""
+
+
+def _tail(text: str) -> str:
+    words = text.split()
+    return text if len(words) <= CONTEXT_WORDS else " ".join(words[-CONTEXT_WORDS:])
 
 
 LEXICAL = Lexical()
