@@ -102,7 +102,7 @@ class QdrantSettings(_Group):
     """API key of the Qdrant server (``backend=server``)."""
     collection_prefix: str = Field(default="memory_core", pattern=r"^[A-Za-z0-9_-]{1,48}$")
     """Start of the collection names: one collection per embedding model and layout
-    (``<prefix>_<model>_v2``). Changing it points the workers at new, empty collections; the old ones stay."""
+    (``<prefix>_<model>_v3``). Changing it points the workers at new, empty collections; the old ones stay."""
     timeout: float = Field(default=10.0, gt=0)
     """Seconds a request to the Qdrant server may take (``backend=server``; rounded up to whole seconds)."""
     tombstone_ttl: float = Field(default=7 * 24 * 3600.0, gt=0)
@@ -273,7 +273,7 @@ class RecallSettings(_Group):
     scores; the client gathers the short-term and session candidates."""
 
     relevance_weight: float = Field(default=0.7, ge=0)
-    """Weight of relevance in the score: the cosine of query and candidate, from 0 to 1."""
+    """Weight of relevance in the score: the cosine of query and candidate, from 0 to 1 (see ``context_messages``)."""
     recency_weight: float = Field(default=0.2, ge=0)
     """Weight of recency in the score: 1 for a new candidate, halving every ``half_life_hours``."""
     importance_weight: float = Field(default=0.1, ge=0)
@@ -285,6 +285,15 @@ class RecallSettings(_Group):
     ``also_in``."""
     session_messages: int = Field(default=20, ge=0)
     """The newest messages of the session taken as candidates, when a recall names one."""
+    context_messages: int = Field(default=4, ge=0, le=20)
+    """The session's newest messages that a recall naming a session reads its query with: each long-term set
+    is also searched with them, and the relevance of every candidate other than these messages blends in how
+    close it is to the nearest of them (``context_weight``). "Plan Friday dinner" then finds the allergy the
+    conversation just mentioned. 0 reads the query alone."""
+    context_weight: float = Field(default=0.4, ge=0, le=1)
+    """The share of relevance that comes from the conversation when a recall names a session:
+    ``(1 - w) * cosine(query) + w * max(cosine(message))`` over the ``context_messages``. At 0.4 a candidate
+    close to the query still outranks one that only the conversation points to, unless the query is vague."""
     per_set: int = Field(default=20, ge=1, le=100)
     """Hits taken from each long-term set of the key (hybrid search)."""
     max_candidates: int = Field(default=200, ge=1)

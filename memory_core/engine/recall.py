@@ -6,7 +6,11 @@ of the key, then for each candidate:
 
     score = relevance_weight * relevance + recency_weight * recency + importance_weight * importance
 
-``relevance`` is the cosine of the query and the candidate (0..1), ``recency`` halves every
+``relevance`` is the cosine of the query and the candidate (0..1). When the recall names a session, the
+query is read in its conversation: each long-term set is also searched with the query and the session's
+newest ``context_messages``, and a candidate other than those messages gets
+``(1 - context_weight) * cosine(query) + context_weight * max(cosine(message))``, so what the talk just
+touched on (an allergy, before "plan Friday dinner") ranks with what the words ask for. ``recency`` halves every
 ``half_life_hours`` (state with no time, i.e. the live short-term state, counts as new),
 ``importance`` is the item's (0.5 unless set). Candidates are then taken best first; one whose
 embedding is within ``dedup_threshold`` of a kept one is the same fact seen again (a session
@@ -49,14 +53,23 @@ class Recaller:
         check_text(request.query, "query", limits.max_query_chars)
         if request.limit > limits.max_search_limit:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {limits.max_search_limit}")
-        (query,) = self.memory.embed(request.namespace, [request.query])
+        conversation = self._conversation(request)
+        searches = [request.query, "\n".join([request.query, *conversation])] if conversation else [request.query]
+        queries = np.asarray(self.memory.embed(request.namespace, [*searches, *conversation]), dtype=np.float32)
         pool = [_Candidate.volatile(c) for c in request.candidates]
-        pool += self._long_term(request, query)
+        pool += self._long_term(request, [q.tolist() for q in queries[: len(searches)]])
         if not pool:
             return RecallReply(items=[], context="", tokens=0)
         vectors = np.asarray(self.memory.embed(request.namespace, [c.text for c in pool]), dtype=np.float32)
+        relevance = vectors @ queries[0]
+        if conversation:
+            talk = (vectors @ queries[len(searches) :].T).max(axis=1)
+            w = self.settings.context_weight
+            blended = (1 - w) * relevance + w * talk
+            # The conversation's own messages would match themselves: they keep their cosine to the query.
+            relevance = np.where([c.text in conversation for c in pool], relevance, blended)
         now = utcnow()
-        scores = [self._score(c, float(np.dot(query, v)), now) for c, v in zip(pool, vectors, strict=True)]
+        scores = [self._score(c, float(r), now) for c, r in zip(pool, relevance, strict=True)]
         order = sorted(range(len(pool)), key=lambda i: scores[i].score, reverse=True)
         kept: list[int] = []
         for i in order:
@@ -72,7 +85,13 @@ class Recaller:
         items, context = self._within_budget(items, request.token_budget)
         return RecallReply(items=items, context=context, tokens=self.tokens.count(context) if context else 0)
 
-    def _long_term(self, request: RecallRequest, query: list[float]) -> list[_Candidate]:
+    def _conversation(self, request: RecallRequest) -> list[str]:
+        """The session's newest messages, oldest first; none without a session."""
+        # Session candidates come newest first; the summary is the past, not what is being talked about.
+        messages = [c.text for c in request.candidates if c.tier == "session" and c.ref != "summary"]
+        return list(reversed(messages[: self.settings.context_messages]))
+
+    def _long_term(self, request: RecallRequest, queries: list[list[float]]) -> list[_Candidate]:
         store = self.memory.store
         names = {d.name for d in store.sets_of(request.namespace, request.key)}
         if request.sets is not None:
@@ -80,9 +99,12 @@ class Recaller:
         found: list[_Candidate] = []
         for name in sorted(names):
             scope = Scope(request.namespace, request.key, name)
-            hits = store.search(scope, query, self.settings.per_set, {}, text=request.query, mode="hybrid")
-            self.memory.record_access(scope, hits)
-            found.extend(_Candidate.stored(name, hit) for hit in hits)
+            hits: dict[str, MemorySetItem] = {}
+            for query in queries:  # the query alone, then read in its conversation
+                for hit in store.search(scope, query, self.settings.per_set, {}, text=request.query, mode="hybrid"):
+                    hits.setdefault(hit.id, hit)
+            self.memory.record_access(scope, list(hits.values()))
+            found.extend(_Candidate.stored(name, hit) for hit in hits.values())
         return found
 
     def _score(self, candidate: _Candidate, cosine: float, now: datetime) -> RecalledItem:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory_core import InvalidRequestError, MemoryClient
+from memory_core.core.messages import RecallReply
 from memory_core.engine.recall import CONTEXT_HEADER
 from tests.integration.waiting import wait_for
 
@@ -103,3 +104,33 @@ def test_also_in_names_each_other_tier_once(client: MemoryClient, namespace: str
     (locker,) = [i for i in result.items if "7312" in i.text]
     assert len(locker.also_in) == len(set(locker.also_in)) == 1
     assert locker.tier not in locker.also_in
+
+
+def test_a_recall_in_a_session_reads_the_query_in_its_conversation(client: MemoryClient, namespace: str):
+    key = "user-ctx"
+    meeting = "Alice's preferred meeting slot is Tuesday mornings before 10am."
+    allergy = "Alice is allergic to peanuts and shellfish."
+    facts = client.long_term(namespace, key).get_or_create_memory_set("facts")
+    facts.add([meeting, allergy, "Alice's laptop is a ThinkPad X1 running Debian."])
+    memory = client.session(namespace, "dinner", key=key, promote="none").buffer()
+    memory.save({"input": "Can you book a table for two on Friday evening?"}, {"output": "Sure. Any dietary needs?"})
+    memory.save(
+        {"input": "Yes, no peanuts please, I am allergic."}, {"output": "Booked for 8pm, peanut allergy noted."}
+    )
+
+    def order(result: RecallReply) -> list[str]:
+        return [i.text for i in result.items if i.text in (meeting, allergy)]
+
+    # Alone, the query's words lean to the scheduling fact. Read in the conversation about peanuts, the
+    # allergy gains relevance, the meeting slot (far from the talk) loses some, and the allergy comes first.
+    alone = client.recall(namespace, key, "plan Friday dinner for Alice", limit=10)
+    in_session = client.recall(namespace, key, "plan Friday dinner for Alice", session_id="dinner", limit=10)
+    assert order(alone) == [meeting, allergy]
+    assert order(in_session) == [allergy, meeting]
+    before = {i.text: i.relevance for i in alone.items}
+    after = {i.text: i.relevance for i in in_session.items}
+    assert after[allergy] > before[allergy]
+    assert after[meeting] < before[meeting]
+    # The conversation's own messages are not scored against themselves.
+    own = next(i for i in in_session.items if i.text == "user: Yes, no peanuts please, I am allergic.")
+    assert own.relevance < 0.9

@@ -11,20 +11,28 @@ from memory_core.engine.stores.base import ItemRecord, VectorStore, point_id
 __all__ = ["ItemRecord", "VectorStore", "collection_name", "open_store", "point_id"]
 
 
-LAYOUT = "v2"
-"""The item layout: v2 adds the BM25 sparse vectors (``bm25``, ``bm25_ctx``). A store of the previous
-(dense-only) layout is migrated into a v2 collection when one is first opened; the old one stays."""
+LAYOUT = "v3"
+"""The item layout. v2 added the BM25 sparse vectors (``bm25``, ``bm25_ctx``) to the dense-only layout;
+v3 length-normalizes their weights to ``BM25_AVG_LEN`` words. When a store of this layout is first
+opened empty, it is filled from the newest earlier layout found (``earlier_collection_names``), its BM25
+vectors made anew from the stored texts; the old collection or directory stays as a backup."""
+EARLIER_LAYOUTS = ("v2", "")
+"""Layouts a store can be migrated from, newest first ("" is the dense-only layout, which had no suffix)."""
 
 
 def collection_name(settings: QdrantSettings, model_name: str) -> str:
     """One collection per embedding model (vectors of different models never share an index) and layout."""
-    return f"{legacy_collection_name(settings, model_name)}_{LAYOUT}"
+    return _named(settings, model_name, LAYOUT)
 
 
-def legacy_collection_name(settings: QdrantSettings, model_name: str) -> str:
-    """The collection name of the previous, dense-only layout."""
+def earlier_collection_names(settings: QdrantSettings, model_name: str) -> tuple[str, ...]:
+    """The collection names of the earlier layouts, newest first."""
+    return tuple(_named(settings, model_name, layout) for layout in EARLIER_LAYOUTS)
+
+
+def _named(settings: QdrantSettings, model_name: str, layout: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "_", model_name.lower()).strip("_")
-    return f"{settings.collection_prefix}_{slug}"
+    return f"{settings.collection_prefix}_{slug}" + (f"_{layout}" if layout else "")
 
 
 def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
@@ -37,7 +45,7 @@ def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> 
 
 def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
     collection = collection_name(settings, model_name)
-    legacy = legacy_collection_name(settings, model_name)
+    earlier = earlier_collection_names(settings, model_name)
     if settings.backend == "edge":
         from memory_core.engine.stores.edge import EdgeVectorStore
 
@@ -45,7 +53,7 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
             settings.path,
             collection=collection,
             dimension=dimension,
-            legacy=legacy,
+            earlier=earlier,
             tombstone_ttl=settings.tombstone_ttl,
         )
     from memory_core.engine.stores.qdrant import QdrantVectorStore
@@ -68,7 +76,7 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
             timeout=settings.timeout,
             collection=collection,
             dimension=dimension,
-            legacy=legacy,
+            earlier=earlier,
             tombstone_ttl=settings.tombstone_ttl,
         )
     # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
@@ -78,6 +86,6 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
         timeout=settings.timeout,
         collection=collection,
         dimension=dimension,
-        legacy=legacy,
+        earlier=earlier,
         tombstone_ttl=settings.tombstone_ttl,
     )

@@ -66,14 +66,17 @@ the matched words, so this keeps out items that match only words most items shar
 about Alice): DBSF rescales each ranker by its own spread, which would otherwise turn that non-evidence
 into a full vote. Measured: no change on locomo-dev at 0.5 or 1.0. It cannot help when the shared word is
 rare in the collection as a whole (IDF is collection-wide); ``TIE_BREAK`` handles that case in hybrid search."""
-TIE_BREAK = 1.0
+TIE_BREAK = 2.0
 """In ``hybrid`` search each lexical ranker scores its candidates by BM25 + ``TIE_BREAK`` x their cosine
 similarity to the query, computed in the same store query. Items that match only a word they all share
-("Alice" in every fact about Alice) tie on BM25 to within a percent, and DBSF rescales a ranker by its
-own spread, so without this that near-tie became a full vote for whichever item was shortest. Now the
-tie goes to the item closest in meaning, while a real lexical difference (a matched rare word adds its
-IDF, several points) still outweighs a cosine (at most 1). ``lexical`` mode stays pure BM25.
-Measured on locomo-dev: 0.5, 1 and 2 rank alike (R@10 0.721-0.724, MRR 0.548), as without it."""
+("Alice" in every fact about Alice) nearly tie on BM25, apart by their lengths, and DBSF rescales a ranker
+by its own spread, so without this that near-tie became a full vote for whichever item was shortest. Now
+the tie goes to the item closest in meaning, while a real lexical difference (a matched rare word adds
+its IDF, several points) still outweighs a cosine gap. ``lexical`` mode stays pure BM25.
+It was 1 while BM25 normalized lengths to 256 words; at ``BM25_AVG_LEN`` a word's weight falls ~1% per
+extra word of a short item, so 2 keeps a 0.1 cosine gap ahead of a few words of length. Measured in
+hybrid search: 1, 1.5 and 2 rank alike on both dev sets (LoCoMo MRR 0.541-0.543, LongMemEval 0.730-0.733);
+3 starts to lose (LongMemEval R@5 0.799 -> 0.788)."""
 PREFETCH = 50
 """Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
 
@@ -86,11 +89,23 @@ class SparseVector:
     values: tuple[float, ...]
 
 
+BM25_AVG_LEN = 96.0
+"""The document length (in words kept after stopwords) that BM25 normalizes term weights to. The model's
+default, 256, is longer than nearly any memory item, so a long item (an assistant's reply of 300 words)
+was barely penalized for its length and outranked the short turn that holds the fact. Chat turns average
+13 words in LoCoMo and 121 in LongMemEval; one fixed length keeps weights independent of the corpus.
+Measured in hybrid search (R@5 / MRR), 256 -> 96 with ``BM25_B``: LongMemEval dev 0.748 / 0.658 ->
+0.799 / 0.733, LoCoMo dev 0.651 / 0.550 -> 0.646 / 0.541 (48-128 and b 0.75-1.0 form a plateau)."""
+BM25_B = 0.9
+"""How fully BM25 normalizes for document length (0 none, 1 full; the model's default is 0.75)."""
+
+
 class Lexical:
     """BM25 term weights from Qdrant's own BM25 model (``qdrant_edge.Bm25``: English, stemmed, stopwords).
 
-    Documents get BM25 term-frequency weights; queries get 1.0 per token. The engine applies IDF at
-    query time (the ``Idf`` modifier), so nothing here depends on the rest of the corpus.
+    Documents get BM25 term-frequency weights, length-normalized to ``BM25_AVG_LEN`` words; queries get
+    1.0 per token. The engine applies IDF at query time (the ``Idf`` modifier), so nothing here depends
+    on the rest of the corpus. Changing these weights changes the store's layout (``LAYOUT``).
     """
 
     def __init__(self) -> None:
@@ -113,7 +128,7 @@ class Lexical:
         if self._model is None:
             import qdrant_edge as qe
 
-            self._model = qe.Bm25(qe.Bm25Config())
+            self._model = qe.Bm25(qe.Bm25Config(avg_len=BM25_AVG_LEN, b=BM25_B))
         return self._model
 
     def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
@@ -160,23 +175,29 @@ def with_context(
 
 
 def migrated_vectors(
-    points: Sequence[tuple[Any, dict[str, Any], list[float]]],
-) -> list[tuple[Any, dict[str, Any], list[float], dict[str, SparseVector]]]:
-    """Points of the dense-only layout ``(id, payload, dense)`` with their BM25 vectors added.
+    points: Sequence[tuple[Any, dict[str, Any], list[float] | None]],
+    windows: Mapping[tuple[str, str, str], int] | None = None,
+) -> list[tuple[Any, dict[str, Any], list[float] | None, dict[str, SparseVector]]]:
+    """Points of an earlier layout ``(id, payload, dense)`` with their BM25 vectors made anew.
 
-    Each set's points are taken in ``seq`` order, and each item's context is the two items before it
-    (the default ``context_window``), as if the set had been written with the hybrid layout.
+    Each set's points are taken in ``seq`` order, and each item's context is the ``windows`` items before
+    it (its set's ``context_window``; 2, the default, for a set not in ``windows``). Tombstones (no dense
+    vector) pass through without vectors, so a delete still outranks a late write after the migration.
     """
     by_scope: dict[tuple[str, str, str], list[tuple[Any, dict[str, Any], list[float]]]] = {}
-    for point in points:
-        payload = point[1]
-        by_scope.setdefault((payload["namespace"], payload["key"], payload["set"]), []).append(point)
-    migrated = []
-    for scoped in by_scope.values():
+    migrated: list[tuple[Any, dict[str, Any], list[float] | None, dict[str, SparseVector]]] = []
+    for pid, payload, dense in points:
+        if dense is None or is_tombstone(payload):
+            migrated.append((pid, payload, None, {}))
+            continue
+        by_scope.setdefault((payload["namespace"], payload["key"], payload["set"]), []).append((pid, payload, dense))
+    for scope, scoped in by_scope.items():
+        window = (windows or {}).get(scope, 2)
         scoped.sort(key=lambda p: p[1]["seq"])
         texts = [item_text(p[1]["value"]) for p in scoped]
         for i, (pid, payload, dense) in enumerate(scoped):
-            migrated.append((pid, payload, dense, LEXICAL.item_vectors(texts[i], texts[max(0, i - 2) : i])))
+            previous = texts[max(0, i - window) : i] if window else []
+            migrated.append((pid, payload, dense, LEXICAL.item_vectors(texts[i], previous)))
     return migrated
 
 
@@ -378,6 +399,11 @@ def set_to_payload(namespace: str, key: str, definition: MemorySet) -> dict[str,
 def set_from_payload(payload: Mapping[str, Any]) -> MemorySet:
     """Rebuilds a set definition from its registry payload."""
     return MemorySet.model_validate(payload["definition"])
+
+
+def context_windows(definitions: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str, str], int]:
+    """Each set's ``context_window``, by scope, from registry payloads (for re-indexing its items)."""
+    return {(p["namespace"], p["key"], p["set"]): set_from_payload(p).context_window for p in definitions}
 
 
 def is_visible(payload: Mapping[str, Any], now: float) -> bool:

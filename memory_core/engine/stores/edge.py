@@ -37,6 +37,7 @@ from memory_core.engine.stores.base import (
     TOMBSTONE_TTL,
     ItemRecord,
     SparseVector,
+    context_windows,
     due,
     from_payload,
     in_scope,
@@ -149,10 +150,14 @@ def _items_config(dimension: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(vectors={DENSE: dense}, sparse_vectors=sparse)
 
 
+def _holds_data(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
 def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
     path.mkdir(parents=True, exist_ok=True)
     with _translated(f"open of {path}"):
-        if any(path.iterdir()):
+        if _holds_data(path):
             # A shard keeps the configuration it was created with (e.g. float32 vectors from before
             # float16 became the default): the engine refuses to load it under a different one.
             return qe.EdgeShard.load(str(path))
@@ -168,20 +173,21 @@ class EdgeVectorStore:
         *,
         collection: str,
         dimension: int,
-        legacy: str | None = None,
+        earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
     ) -> None:
+        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found."""
         self._path = path
         self._tombstone_ttl = tombstone_ttl
         self._write_lock = threading.Lock()
         self._owner = StoreOwner(path)  # first: a second opener is told who holds the store, by name
         try:
-            self._open(path, collection, dimension, legacy)
+            self._open(path, collection, dimension, earlier)
         except BaseException:
             self._owner.release()
             raise
 
-    def _open(self, path: Path, collection: str, dimension: int, legacy: str | None) -> None:
+    def _open(self, path: Path, collection: str, dimension: int, earlier: Sequence[str]) -> None:
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
         self._items = _open_shard(path / collection, _items_config(dimension))
@@ -189,8 +195,9 @@ class EdgeVectorStore:
         self._sets = _open_shard(path / f"{collection}__sets", qe.EdgeConfig(vectors={DENSE: registry_vector}))
         for shard in (self._items, self._sets):
             self._index(shard)
-        if fresh and legacy is not None and (path / legacy).is_dir():
-            self._migrate(path / legacy, dimension)
+        source = next((path / name for name in earlier if _holds_data(path / name)), None) if fresh else None
+        if source is not None:
+            self._migrate(source, dimension)
 
     def _index(self, shard: qe.EdgeShard) -> None:
         existing = shard.info().payload_schema
@@ -205,16 +212,26 @@ class EdgeVectorStore:
                     schema = qe.PayloadSchemaType.Integer if integer else qe.PayloadSchemaType.Float
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
 
-    def _migrate(self, legacy: Path, dimension: int) -> None:
-        """Copies a dense-only store of the previous layout into this one, adding the BM25 vectors.
+    def _migrate(self, source: Path, dimension: int) -> None:
+        """Copies a store of an earlier layout into this one, its BM25 vectors made anew from the stored texts.
 
         The old shards stay where they are (a backup) and are never opened again once this one holds data.
         """
+        registry = source.parent / f"{source.name}__sets"
+        definitions: list[dict[str, Any]] = []
+        if registry.is_dir():
+            old_sets = _open_shard(
+                registry, qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
+            )
+            try:
+                definitions = list(self._scroll(old_sets, None))
+            finally:
+                old_sets.close()
+        # A shard of an earlier layout loads with the configuration it was made with; this one is for an empty directory.
         old_config = qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
-        registry = legacy.parent / f"{legacy.name}__sets"
-        old_items = _open_shard(legacy, old_config)
+        old_items = _open_shard(source, old_config)
         try:
-            old_points: list[tuple[Any, dict[str, Any], list[float]]] = []
+            old_points: list[tuple[Any, dict[str, Any], list[float] | None]] = []
             offset: Any = None
             while True:
                 request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=True)
@@ -222,32 +239,28 @@ class EdgeVectorStore:
                     records, offset = old_items.scroll(request)
                 for r in records:
                     dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
-                    if r.payload is not None and isinstance(dense, list):
-                        old_points.append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+                    if r.payload is not None:
+                        vector = [float(x) for x in dense] if isinstance(dense, list) else None  # type: ignore[arg-type]  # a dense vector is a list of floats
+                        old_points.append((r.id, r.payload, vector))
                 if offset is None:
                     break
             batch = [
-                qe.Point(pid, {DENSE: dense, **{n: _sparse(v) for n, v in sparse.items()}}, payload)
-                for pid, payload, dense, sparse in migrated_vectors(old_points)
+                qe.Point(
+                    pid, {} if dense is None else {DENSE: dense, **{n: _sparse(v) for n, v in sparse.items()}}, payload
+                )
+                for pid, payload, dense, sparse in migrated_vectors(old_points, context_windows(definitions))
             ]
             for start in range(0, len(batch), _SCROLL_PAGE):
                 chunk = qe.UpdateOperation.upsert_points(batch[start : start + _SCROLL_PAGE])
                 self._update(self._items, chunk, "migration")
         finally:
             old_items.close()
-        if registry.is_dir():
-            old_sets = _open_shard(
-                registry, qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
-            )
-            try:
-                for payload in self._scroll(old_sets, None):
-                    self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
-            finally:
-                old_sets.close()
+        for payload in definitions:
+            self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
         logger.warning(
-            "migrated %d items from %s to the hybrid layout at %s; the old directory is kept as a backup",
+            "migrated %d items from %s to the current layout at %s; the old directory is kept as a backup",
             len(batch),
-            legacy,
+            source,
             self._path,
         )
 

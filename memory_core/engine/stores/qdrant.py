@@ -38,6 +38,7 @@ from memory_core.engine.stores.base import (
     ItemRecord,
     SparseVector,
     chunks,
+    context_windows,
     due,
     from_payload,
     in_scope,
@@ -163,9 +164,10 @@ class QdrantVectorStore:
         collection: str,
         dimension: int,
         location: str,
-        legacy: str | None = None,
+        earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
     ) -> None:
+        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found."""
         self._client = client
         self._tombstone_ttl = tombstone_ttl
         self._items = collection
@@ -175,8 +177,9 @@ class QdrantVectorStore:
             fresh = not self._client.collection_exists(self._items)
             self._ensure(self._items, dimension, sparse=True)
             self._ensure(self._sets, 1, sparse=False)
-            if fresh and legacy is not None and self._client.collection_exists(legacy):
-                self._migrate(legacy)
+            source = next((name for name in earlier if self._client.collection_exists(name)), None) if fresh else None
+            if source is not None:
+                self._migrate(source)
 
     @classmethod
     def connect(
@@ -187,7 +190,7 @@ class QdrantVectorStore:
         timeout: float,
         collection: str,
         dimension: int,
-        legacy: str | None = None,
+        earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
     ) -> QdrantVectorStore:
         """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
@@ -201,7 +204,7 @@ class QdrantVectorStore:
             collection=collection,
             dimension=dimension,
             location=redact_url(url),
-            legacy=legacy,
+            earlier=earlier,
             tombstone_ttl=tombstone_ttl,
         )
 
@@ -230,38 +233,42 @@ class QdrantVectorStore:
             schema = qm.PayloadSchemaType.INTEGER if integer else qm.PayloadSchemaType.FLOAT
             self._client.create_payload_index(name, field_name=field, field_schema=schema)
 
-    def _migrate(self, legacy: str) -> None:
-        """Copies a dense-only collection of the previous layout into this one, adding the BM25 vectors.
+    def _migrate(self, source: str) -> None:
+        """Copies a collection of an earlier layout into this one, its BM25 vectors made anew from the stored texts.
 
         The old collections are left as they are (a backup); drop them once the new ones are checked.
         """
-        old_points: list[tuple[Any, dict[str, Any], list[float]]] = []
+        definitions: list[dict[str, Any]] = []
+        if self._client.collection_exists(f"{source}__sets"):
+            records, _ = self._client.scroll(f"{source}__sets", limit=100_000, with_payload=True)
+            definitions = [dict(r.payload) for r in records if r.payload]
+        old_points: list[tuple[Any, dict[str, Any], list[float] | None]] = []
         offset: qm.ExtendedPointId | None = None
         while True:
             records, offset = self._client.scroll(
-                legacy, limit=_SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=True
+                source, limit=_SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=True
             )
             for r in records:
                 dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
-                if r.payload is not None and isinstance(dense, list):
-                    old_points.append((r.id, r.payload, [float(x) for x in dense]))  # type: ignore[arg-type]  # a dense vector is a list of floats
+                if r.payload is not None:
+                    vector = [float(x) for x in dense] if isinstance(dense, list) else None  # type: ignore[arg-type]  # a dense vector is a list of floats
+                    old_points.append((r.id, r.payload, vector))
             if offset is None:
                 break
         structs = [
             qm.PointStruct(
-                id=pid, vector={DENSE: dense, **{n: _to_qdrant(v) for n, v in sparse.items()}}, payload=payload
+                id=pid,
+                vector={} if dense is None else {DENSE: dense, **{n: _to_qdrant(v) for n, v in sparse.items()}},
+                payload=payload,
             )
-            for pid, payload, dense, sparse in migrated_vectors(old_points)
+            for pid, payload, dense, sparse in migrated_vectors(old_points, context_windows(definitions))
         ]
         for start in range(0, len(structs), _SCROLL_PAGE):
             self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
-        if self._client.collection_exists(f"{legacy}__sets"):
-            records, _ = self._client.scroll(f"{legacy}__sets", limit=100_000, with_payload=True)
-            for r in records:
-                if r.payload:
-                    self.put_set(r.payload["namespace"], r.payload["key"], set_from_payload(r.payload))
+        for payload in definitions:
+            self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
         logger.warning(
-            "migrated %d items from collection %s to the hybrid layout %s", len(structs), legacy, self._items
+            "migrated %d items from collection %s to the current layout %s", len(structs), source, self._items
         )
 
     @property

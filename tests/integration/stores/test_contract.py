@@ -6,9 +6,10 @@ Like qdrant-client's congruence tests: each adapter must give the same answers.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -443,6 +444,47 @@ def _legacy_points(scope: Scope) -> list[tuple[str, list[float], dict[str, objec
     return [(point_id(scope, r.item.id), list(map(float, r.vector)), to_payload(scope, r)) for r in records]
 
 
+def _edge_registry(path: Path, definition: MemorySet) -> None:
+    """An embedded set registry of an earlier layout, holding ``definition`` for ns/key."""
+    import qdrant_edge as qe
+
+    from memory_core.engine.stores.base import set_point_id, set_to_payload
+
+    path.mkdir()
+    sets = qe.EdgeShard.create(
+        str(path), qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
+    )
+    payload = set_to_payload("ns", "key", definition)
+    point = qe.Point(set_point_id("ns", "key", definition.name), {"dense": [1.0]}, payload)
+    sets.update(qe.UpdateOperation.upsert_points([point]))
+    sets.close()
+
+
+def _server_registry(client: Any, collection: str, definition: MemorySet) -> None:
+    """The set registry of an earlier layout's ``collection`` on a server, holding ``definition`` for ns/key."""
+    from qdrant_client import models as qm
+
+    from memory_core.engine.stores.base import set_point_id, set_to_payload
+
+    registry = f"{collection}__sets"
+    client.create_collection(registry, vectors_config={"dense": qm.VectorParams(size=1, distance=qm.Distance.DOT)})
+    payload = set_to_payload("ns", "key", definition)
+    point = qm.PointStruct(id=set_point_id("ns", "key", definition.name), vector={"dense": [1.0]}, payload=payload)
+    client.upsert(registry, points=[point])
+
+
+def _open_on_server(client: Any, earlier: tuple[str, ...], source: str, check: Callable[[VectorStore], None]) -> None:
+    """Opens a new store over ``client`` that may fill itself from ``earlier``, and runs ``check`` on it."""
+    store = QdrantVectorStore(
+        client, collection="new", dimension=EMBEDDER.dimension, location=":memory:", earlier=earlier
+    )
+    try:
+        check(store)
+        assert [name for name in earlier if client.collection_exists(name)] == [source]  # kept as a backup
+    finally:
+        store.close()
+
+
 def _check_migrated(store: VectorStore) -> None:
     scope = Scope("ns", "key", "chat")
     assert [i.id for i in store.list_items(scope)] == ["t0", "t1"]
@@ -455,8 +497,6 @@ def _check_migrated(store: VectorStore) -> None:
 def test_the_embedded_engine_migrates_a_dense_only_store_and_keeps_it(tmp_path: Path):
     import qdrant_edge as qe
 
-    from memory_core.engine.stores.base import set_point_id, set_to_payload
-
     scope = Scope("ns", "key", "chat")
     old = tmp_path / "old"
     old.mkdir()
@@ -466,24 +506,15 @@ def test_the_embedded_engine_migrates_a_dense_only_store_and_keeps_it(tmp_path: 
         qe.UpdateOperation.upsert_points([qe.Point(pid, {"dense": v}, p) for pid, v, p in _legacy_points(scope)])
     )
     shard.close()
-    registry = tmp_path / "old__sets"
-    registry.mkdir()
-    sets = qe.EdgeShard.create(
-        str(registry), qe.EdgeConfig(vectors={"dense": qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
-    )
-    definition = set_to_payload("ns", "key", MemorySet(name="chat"))
-    sets.update(
-        qe.UpdateOperation.upsert_points([qe.Point(set_point_id("ns", "key", "chat"), {"dense": [1.0]}, definition)])
-    )
-    sets.close()
+    _edge_registry(tmp_path / "old__sets", MemorySet(name="chat"))
 
-    store = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, legacy="old")
+    store = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, earlier=("absent", "old"))
     try:
         _check_migrated(store)
     finally:
         store.close()
     assert any(old.iterdir())  # the old layout is kept as a backup
-    reopened = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, legacy="old")
+    reopened = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, earlier=("old",))
     try:  # opening again does not migrate twice
         assert [i.id for i in reopened.list_items(scope)] == ["t0", "t1"]
     finally:
@@ -494,8 +525,6 @@ def test_the_server_adapter_migrates_a_dense_only_collection():
     from qdrant_client import QdrantClient
     from qdrant_client import models as qm
 
-    from memory_core.engine.stores.base import set_point_id, set_to_payload
-
     client = QdrantClient(location=":memory:")
     client.create_collection(
         "old", vectors_config={"dense": qm.VectorParams(size=EMBEDDER.dimension, distance=qm.Distance.COSINE)}
@@ -505,18 +534,110 @@ def test_the_server_adapter_migrates_a_dense_only_collection():
         for pid, v, p in _legacy_points(Scope("ns", "key", "chat"))
     ]
     client.upsert("old", points=points, wait=True)
-    client.create_collection("old__sets", vectors_config={"dense": qm.VectorParams(size=1, distance=qm.Distance.DOT)})
-    definition = set_to_payload("ns", "key", MemorySet(name="chat"))
-    client.upsert(
-        "old__sets",
-        points=[qm.PointStruct(id=set_point_id("ns", "key", "chat"), vector={"dense": [1.0]}, payload=definition)],
+    _server_registry(client, "old", MemorySet(name="chat"))
+    _open_on_server(client, ("absent", "old"), "old", _check_migrated)
+
+
+# -- migration from the v2 layout (BM25 weights of another length normalization) -------------
+
+_STALE_TERM = 7  # the old points' sparse vectors hold only this token: a search finds them only if re-indexed
+
+
+def _v2_points(scope: Scope) -> list[tuple[str, list[float] | None, dict[str, object]]]:
+    """Two items and the tombstone of a third, deleted at a later ``seq`` than any write of it."""
+    from memory_core.engine.stores.base import point_id, tombstone_payload
+
+    items = [(pid, dense, payload) for pid, dense, payload in _legacy_points(scope)]
+    tombstone = tombstone_payload(scope, "t2", BIG_SEQ + 10, keep_until=4_000_000_000.0)
+    return [*items, (point_id(scope, "t2"), None, tombstone)]
+
+
+def _check_reindexed(store: VectorStore) -> None:
+    scope = Scope("ns", "key", "chat")
+    assert [i.id for i in store.list_items(scope)] == ["t0", "t1"]
+    query = EMBEDDER.embed(["kitchen walls"])[0]
+    # Re-indexed from the stored text, with the set's own context window (0): the reply that follows the
+    # question does not inherit its words, as it would with the default window of 2.
+    assert [h.id for h in store.search(scope, query, 5, {}, text="kitchen walls", mode="lexical")] == ["t0"]
+    # The tombstone came along: a late write of the deleted item, older than the delete, stays deleted.
+    store.upsert(scope, [_record("t2", "late redelivery", BIG_SEQ + 5, memory_set_name="chat")])
+    assert "t2" not in {i.id for i in store.list_items(scope)}
+
+
+def test_the_embedded_engine_reindexes_a_v2_store_with_its_windows_and_tombstones(tmp_path: Path):
+    import qdrant_edge as qe
+
+    from memory_core.engine.stores.base import SPARSE_NAMES
+
+    scope = Scope("ns", "key", "chat")
+    stale = qe.SparseVector([_STALE_TERM], [1.0])
+    config = qe.EdgeConfig(
+        vectors={"dense": qe.EdgeVectorParams(size=EMBEDDER.dimension, distance=qe.Distance.Cosine)},
+        sparse_vectors={n: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for n in SPARSE_NAMES},
     )
-    store = QdrantVectorStore(client, collection="new", dimension=EMBEDDER.dimension, location=":memory:", legacy="old")
+    shard = qe.EdgeShard.create(str(tmp_path / "old_v2"), config)
+    points = [
+        qe.Point(pid, {} if v is None else {"dense": v, **dict.fromkeys(SPARSE_NAMES, stale)}, p)
+        for pid, v, p in _v2_points(scope)
+    ]
+    shard.update(qe.UpdateOperation.upsert_points(points))
+    shard.close()
+    _edge_registry(tmp_path / "old_v2__sets", MemorySet(name="chat", context_window=0))
+
+    store = EdgeVectorStore(tmp_path, collection="new", dimension=EMBEDDER.dimension, earlier=("old_v2", "old"))
     try:
-        _check_migrated(store)
-        assert client.collection_exists("old")
+        assert store.get_set("ns", "key", "chat") == MemorySet(name="chat", context_window=0)
+        _check_reindexed(store)
     finally:
         store.close()
+
+
+def test_the_server_adapter_reindexes_a_v2_collection_with_its_windows_and_tombstones():
+    from qdrant_client import QdrantClient
+    from qdrant_client import models as qm
+
+    from memory_core.engine.stores.base import SPARSE_NAMES
+
+    client = QdrantClient(location=":memory:")
+    client.create_collection(
+        "old_v2",
+        vectors_config={"dense": qm.VectorParams(size=EMBEDDER.dimension, distance=qm.Distance.COSINE)},
+        sparse_vectors_config={n: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for n in SPARSE_NAMES},
+    )
+    stale = qm.SparseVector(indices=[_STALE_TERM], values=[1.0])
+    points = [
+        qm.PointStruct(
+            id=pid, vector={} if v is None else {"dense": v, **dict.fromkeys(SPARSE_NAMES, stale)}, payload=p
+        )
+        for pid, v, p in _v2_points(Scope("ns", "key", "chat"))
+    ]
+    client.upsert("old_v2", points=points, wait=True)
+    _server_registry(client, "old_v2", MemorySet(name="chat", context_window=0))
+    _open_on_server(client, ("old_v2", "old"), "old_v2", _check_reindexed)
+
+
+def test_an_embedded_store_of_the_v2_layout_is_reindexed_into_v3_when_a_worker_opens_it(tmp_path: Path):
+    from memory_core.core.settings import QdrantSettings
+    from memory_core.engine.stores import collection_name, earlier_collection_names, open_store
+
+    settings = QdrantSettings(backend="edge", path=tmp_path)
+    current = collection_name(settings, "all-MiniLM-L6-v2")
+    assert current.endswith("_v3")
+    assert earlier_collection_names(settings, "all-MiniLM-L6-v2") == (current[:-3] + "_v2", current[:-3])
+    scope = Scope("ns", "key", "notes")
+    old = EdgeVectorStore(tmp_path, collection=current[:-3] + "_v2", dimension=EMBEDDER.dimension)
+    old.put_set("ns", "key", MemorySet(name="notes"))
+    item = _record("a", "the kitchen walls are sage green", 1).item
+    old.upsert(scope, [ItemRecord(item=item, seq=1, vector=EMBEDDER.embed([str(item.value)])[0])])
+    old.close()
+    store = open_store(settings, model_name="all-MiniLM-L6-v2", dimension=EMBEDDER.dimension)
+    try:
+        assert [i.id for i in store.list_items(scope)] == ["a"]
+        assert store.location == str(tmp_path.resolve())
+    finally:
+        store.close()
+    assert (tmp_path / current).is_dir()
+    assert (tmp_path / (current[:-3] + "_v2")).is_dir()  # kept as a backup
 
 
 def test_optimize_builds_the_index_and_searches_answer_the_same(store: VectorStore):
