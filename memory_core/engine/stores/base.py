@@ -74,8 +74,9 @@ by its own spread, so without this that near-tie became a full vote for whicheve
 the tie goes to the item closest in meaning, while a real lexical difference (a matched rare word adds
 its IDF, several points) still outweighs a cosine gap. ``lexical`` mode stays pure BM25.
 It was 1 while BM25 normalized lengths to 256 words; at ``BM25_AVG_LEN`` a word's weight falls ~1% per
-extra word of a short item, so 2 keeps a 0.1 cosine gap ahead of a few words of length. Measured in
-hybrid search: 1, 1.5 and 2 rank alike on both dev sets (LoCoMo MRR 0.541-0.543, LongMemEval 0.730-0.733);
+extra word of a short item, so 2 keeps a 0.1 cosine gap ahead of a few words of length. Measured in a
+scratch replica of hybrid search (within 0.003 of ``ops/eval``): 1, 1.5 and 2 rank alike on both dev sets
+(LoCoMo MRR 0.541-0.543, LongMemEval 0.730-0.733);
 3 starts to lose (LongMemEval R@5 0.799 -> 0.788)."""
 PREFETCH = 50
 """Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
@@ -94,8 +95,8 @@ BM25_AVG_LEN = 96.0
 default, 256, is longer than nearly any memory item, so a long item (an assistant's reply of 300 words)
 was barely penalized for its length and outranked the short turn that holds the fact. Chat turns average
 13 words in LoCoMo and 121 in LongMemEval; one fixed length keeps weights independent of the corpus.
-Measured in hybrid search (R@5 / MRR), 256 -> 96 with ``BM25_B``: LongMemEval dev 0.748 / 0.658 ->
-0.799 / 0.733, LoCoMo dev 0.651 / 0.550 -> 0.646 / 0.541 (48-128 and b 0.75-1.0 form a plateau)."""
+Measured through ``ops/eval`` in hybrid search (R@5 / MRR), 256 -> 96 with ``BM25_B``: LongMemEval dev
+0.747 / 0.658 -> 0.798 / 0.730, LoCoMo dev 0.653 / 0.549 -> 0.644 / 0.540 (48-128 with b 0.9-1.0 is a plateau)."""
 BM25_B = 0.9
 """How fully BM25 normalizes for document length (0 none, 1 full; the model's default is 0.75)."""
 
