@@ -287,7 +287,7 @@ class RecallSettings(_Group):
     """The newest messages of the session taken as candidates, when a recall names one."""
     context_messages: int = Field(default=4, ge=0, le=20)
     """The session's newest messages that a recall naming a session reads its query with: each long-term set
-    is also searched with them, and the relevance of every candidate other than these messages blends in how
+    is also searched (dense) with their mean vector, and the relevance of every candidate other than these messages blends in how
     close it is to the nearest of them (``context_weight``). "Plan Friday dinner" then finds the allergy the
     conversation just mentioned. 0 reads the query alone."""
     context_weight: float = Field(default=0.4, ge=0, le=1)

@@ -7,8 +7,8 @@ of the key, then for each candidate:
     score = relevance_weight * relevance + recency_weight * recency + importance_weight * importance
 
 ``relevance`` is the cosine of the query and the candidate (0..1). When the recall names a session, the
-query is read in its conversation: each long-term set is also searched with the query and the session's
-newest ``context_messages``, and a candidate other than those messages gets
+query is read in its conversation, the session's newest ``context_messages``: each long-term set is also
+searched (dense) with the mean of those messages' vectors, and a candidate other than those messages gets
 ``(1 - context_weight) * cosine(query) + context_weight * max(cosine(message))``, so what the talk just
 touched on (an allergy, before "plan Friday dinner") ranks with what the words ask for. ``recency`` halves every
 ``half_life_hours`` (state with no time, i.e. the live short-term state, counts as new),
@@ -54,19 +54,25 @@ class Recaller:
         if request.limit > limits.max_search_limit:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {limits.max_search_limit}")
         conversation = self._conversation(request)
-        searches = [request.query, "\n".join([request.query, *conversation])] if conversation else [request.query]
-        queries = np.asarray(self.memory.embed(request.namespace, [*searches, *conversation]), dtype=np.float32)
-        pool = [_Candidate.volatile(c) for c in request.candidates]
-        pool += self._long_term(request, [q.tolist() for q in queries[: len(searches)]])
-        if not pool:
+        volatile = [_Candidate.volatile(c) for c in request.candidates]
+        # One embedder call for the query and the volatile tiers, the conversation's messages among them.
+        texts = [request.query, *(c.text for c in volatile)]
+        first = np.asarray(self.memory.embed(request.namespace, texts), dtype=np.float32)
+        query, volatile_vectors = first[0], first[1:]
+        talked = np.asarray([c.text in conversation for c in volatile], dtype=bool)
+        talk = volatile_vectors[talked] if conversation else np.empty((0, query.shape[0]), dtype=np.float32)
+        stored = self._long_term(request, query, _unit(talk.mean(axis=0)) if len(talk) else None)
+        if not volatile and not stored:
             return RecallReply(items=[], context="", tokens=0)
-        vectors = np.asarray(self.memory.embed(request.namespace, [c.text for c in pool]), dtype=np.float32)
-        relevance = vectors @ queries[0]
-        if conversation:
-            talk = (vectors @ queries[len(searches) :].T).max(axis=1)
+        pool = [*volatile, *stored]
+        later = self.memory.embed(request.namespace, [c.text for c in stored]) if stored else []
+        vectors = np.concatenate([volatile_vectors, np.asarray(later, dtype=np.float32).reshape(-1, query.shape[0])])
+        relevance = vectors @ query
+        if len(talk):
             w = self.settings.context_weight
-            blended = (1 - w) * relevance + w * talk
-            # The conversation's own messages would match themselves: they keep their cosine to the query.
+            blended = (1 - w) * relevance + w * (vectors @ talk.T).max(axis=1)
+            # The conversation's messages (and stored copies of them) would match themselves: they keep their
+            # cosine to the query.
             relevance = np.where([c.text in conversation for c in pool], relevance, blended)
         now = utcnow()
         scores = [self._score(c, float(r), now) for c, r in zip(pool, relevance, strict=True)]
@@ -91,7 +97,8 @@ class Recaller:
         messages = [c.text for c in request.candidates if c.tier == "session" and c.ref != "summary"]
         return list(reversed(messages[: self.settings.context_messages]))
 
-    def _long_term(self, request: RecallRequest, queries: list[list[float]]) -> list[_Candidate]:
+    def _long_term(self, request: RecallRequest, query: np.ndarray, talk: np.ndarray | None) -> list[_Candidate]:
+        """Hybrid hits of the query in every long-term set of the key, and dense hits of the conversation."""
         store = self.memory.store
         names = {d.name for d in store.sets_of(request.namespace, request.key)}
         if request.sets is not None:
@@ -99,9 +106,14 @@ class Recaller:
         found: list[_Candidate] = []
         for name in sorted(names):
             scope = Scope(request.namespace, request.key, name)
-            hits: dict[str, MemorySetItem] = {}
-            for query in queries:  # the query alone, then read in its conversation
-                for hit in store.search(scope, query, self.settings.per_set, {}, text=request.query, mode="hybrid"):
+            hits = {
+                h.id: h
+                for h in store.search(
+                    scope, query.tolist(), self.settings.per_set, {}, text=request.query, mode="hybrid"
+                )
+            }
+            if talk is not None:  # what the conversation is about, which the query's words may not reach
+                for hit in store.search(scope, talk.tolist(), self.settings.per_set, {}, mode="dense"):
                     hits.setdefault(hit.id, hit)
             self.memory.record_access(scope, list(hits.values()))
             found.extend(_Candidate.stored(name, hit) for hit in hits.values())
@@ -139,6 +151,10 @@ class Recaller:
             lines.append(context_line(item))
             chosen.append(item)
         return chosen, context_block(lines) if lines else ""
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return vector / max(float(np.linalg.norm(vector)), 1e-12)
 
 
 def context_line(item: RecalledItem) -> str:
