@@ -190,3 +190,26 @@ def test_a_serde_that_pickles_is_refused(settings: Settings, namespace: str):
         with pytest.raises(InvalidRequestError, match="pickle"):
             saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
         assert saver.get_tuple(config) is None
+
+
+def test_a_stored_value_of_a_code_running_type_is_never_loaded(settings: Settings, namespace: str):
+    with MemoryClient(settings) as client:
+        saver = MemoryCoreSaver(namespace, client=client)
+        config: RunnableConfig = {"configurable": {"thread_id": "t-2", "checkpoint_ns": ""}}
+        checkpoint: Checkpoint = {
+            "v": 1,
+            "id": "1ef-q",
+            "ts": "2026-01-01T00:00:00+00:00",
+            "channel_values": {"n": 1},
+            "channel_versions": {"n": "1"},
+            "versions_seen": {},
+            "updated_channels": None,
+        }
+        saver.put(config, checkpoint, {"source": "loop", "step": 0}, {})
+        # Someone with write access to Redis plants a value of another serializer type in the snapshot.
+        stored = client.checkpoints(namespace).get(thread_key("t-2"), checkpoint_id="1ef-q")
+        assert stored is not None
+        planted = {**stored.checkpoint, "channel_values": {"n": ["pickle", "gASVAAAAAAAAAAAu"]}}
+        client.checkpoints(namespace).put(thread_key("t-2"), planted, checkpoint_id="1ef-q")
+        with pytest.raises(InvalidRequestError, match="'pickle'"):
+            saver.get_tuple(config)

@@ -49,17 +49,27 @@ def thread_key(thread_id: object) -> str:
     return _ENCODED + base64.urlsafe_b64encode(text.encode()).decode("ascii").rstrip("=")
 
 
+_DATA_KINDS = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
+"""Serializer types that decode to data and nothing else. Any other type (a fallback that runs code when it
+is loaded) is refused when written and when read, so nothing in Redis can make a worker or client run it."""
+
+
 def _pack(serde: SerializerProtocol, value: Any) -> builtins.list[str]:
     kind, data = serde.dumps_typed(value)
-    if kind == "pickle":
-        raise InvalidRequestError(f"the saver's serde pickled a {type(value).__name__}; memory-core stores no pickle")
+    if kind not in _DATA_KINDS:
+        raise InvalidRequestError(
+            f"the saver's serde encoded a {type(value).__name__} as {kind!r}; memory-core stores only the data "
+            f"types {sorted(_DATA_KINDS)} (use a serializer without a code-running fallback)"
+        )
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
 def _unpack(serde: SerializerProtocol, packed: Sequence[str]) -> Any:
     kind, data = packed
-    if kind == "pickle":  # never written by this saver: unpickling what Redis holds would run its code
-        raise InvalidRequestError("a stored checkpoint value is a pickle; memory-core never loads one")
+    if kind not in _DATA_KINDS:  # never written by this saver: loading it could run what Redis holds
+        raise InvalidRequestError(
+            f"a stored checkpoint value has the type {kind!r}; memory-core loads only {sorted(_DATA_KINDS)}"
+        )
     return serde.loads_typed((kind, base64.b64decode(data)))
 
 
