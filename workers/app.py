@@ -12,7 +12,6 @@ from typing import Any
 
 import redis
 from celery import Celery, bootsteps, signals
-from kombu import Queue
 from prometheus_client import REGISTRY
 
 import beat_schedule
@@ -57,8 +56,11 @@ def create_app(settings: Settings) -> Celery:
             # (tests/faults/test_redis_restart.py stalled on it). A pass takes milliseconds.
             "unacked_mutex_expire": 30,
             # Queues and the unacked index under this deployment's prefix: another deployment on the
-            # same Redis database (its own MEMORY_REDIS__KEY_PREFIX) never takes these tasks.
+            # same Redis database (its own MEMORY_REDIS__KEY_PREFIX) never takes these tasks. On RabbitMQ a
+            # deployment is a vhost of its own (in the broker URL), and the options above go unused.
             **({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
+            # On RabbitMQ, publisher confirms for what the worker publishes (retries): as the client's.
+            **routing.broker_options(settings.broker_url),
         },
         task_serializer="json",
         result_serializer="json",
@@ -72,7 +74,12 @@ def create_app(settings: Settings) -> Celery:
         # On a broker connection loss, cancel tasks in flight so their (idempotent) messages are redelivered,
         # instead of leaving unackable messages holding the worker's prefetch slots (the Celery 6 default).
         worker_cancel_long_running_tasks_on_connection_loss=True,
-        task_queues=[Queue(name, routing_key=name) for name in routing.QUEUES],
+        # The client declares the same queues (memory_core.core.dispatch): durable quorum queues on RabbitMQ.
+        task_queues=list(routing.task_queues(settings.broker_url)),
+        # Quorum queues refuse a global (channel-wide) prefetch: with this on, the worker sees them and sets
+        # its prefetch per consumer (concurrency x 1), and Celery binds the queues to its delayed-delivery
+        # exchanges, so a retry's countdown is kept by the broker and not by a worker holding the message.
+        worker_detect_quorum_queues=True,
         task_default_queue=routing.WRITE_QUEUE,
         task_routes={name: {"queue": queue} for name, queue in routing.ROUTES.items()},
         worker_pool=settings.celery.pool,

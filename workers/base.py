@@ -26,12 +26,14 @@ from pydantic import TypeAdapter, ValidationError
 
 from memory_core.core import metrics, routing, tracing
 from memory_core.core.auth import AUTH_HEADER, refusal
+from memory_core.core.dispatch import SENT_AT_HEADER
 from memory_core.core.errors import (
     CALLER_MISTAKES,
     AuthorizationError,
     InvalidRequestError,
     MemoryCoreError,
     NotFoundError,
+    QuotaExceeded,
     TransientStoreError,
 )
 from memory_core.core.messages import ErrorInfo, Reply
@@ -106,12 +108,16 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     acks_late = True
     # Outcomes of normal operation, told to the caller: Celery logs them at INFO without a traceback (a
     # first profile read finding no set yet is no error of the worker's).
-    throws = (InvalidRequestError, NotFoundError, AuthorizationError)
+    throws = (InvalidRequestError, NotFoundError, AuthorizationError, QuotaExceeded)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         refused = self._refusal(args, kwargs)
         if refused is not None:
             raise refused
+        sent_at = getattr(self.request, SENT_AT_HEADER, None)
+        if isinstance(sent_at, float | int) and not self.request.retries:
+            queue = routing.ROUTES.get(self.name, routing.WRITE_QUEUE)
+            metrics.QUEUE_WAIT_SECONDS.labels(queue).observe(max(0.0, time.time() - sent_at))
         headers = {name: getattr(self.request, name, None) for name in tracing.HEADERS}
         with tracing.consumer_span(self.name, headers), metrics.timed(metrics.TASK_SECONDS, task=self.name):
             result = super().__call__(*args, **kwargs)

@@ -29,6 +29,7 @@ from memory_core.engine.embedders import open_embedder
 from memory_core.engine.embedders.cache import EmbeddingCache
 from memory_core.engine.erasure import Eraser
 from memory_core.engine.maintenance import Maintenance
+from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.recall import Recaller
 from memory_core.engine.redaction import Redactor
 from memory_core.engine.service import MemoryService
@@ -180,6 +181,15 @@ def _build(base: Basics) -> Services:
         coordinator=coordinator,
         embeddings=embeddings if settings.cache.enabled else None,
         redactor=Redactor(settings.redaction.kinds) if settings.redaction.enabled else None,
+        quotas=QuotaGuard(
+            settings=settings.quotas,
+            store=store,
+            client=redis_client,
+            keys=keys,
+            max_items_per_call=settings.limits.max_items_per_call,
+        )
+        if settings.quotas.active
+        else None,
     )
     return Services(
         settings=settings,

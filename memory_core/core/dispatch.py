@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
+from amqp.exceptions import AMQPError, MessageNacked
 from kombu import Connection, Queue
 from kombu.exceptions import KombuError, OperationalError
 from kombu.pools import ProducerPool
@@ -28,13 +29,15 @@ from memory_core.core.errors import BrokerUnavailable, MemoryCoreError, NoWorker
 from memory_core.core.keys import Keys
 from memory_core.core.liveness import MISSED_BEATS, alive
 from memory_core.core.messages import NamespaceRequest, Reply
-from memory_core.core.routing import ROUTES
+from memory_core.core.routing import ROUTES, broker_options, task_queues
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.steps import Command, Operation, Pipeline, Sleep, on_redis, run
 
 logger = logging.getLogger(__name__)
 
 _POOL_SIZE = 16
+SENT_AT_HEADER = "memory_sent_at"
+"""The header a task message carries its publishing time in (epoch seconds, the client's clock)."""
 _ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
 
 
@@ -81,6 +84,7 @@ def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str
         "replaced_task_nesting": 0,
         "stamped_headers": None,
         "stamps": {},
+        SENT_AT_HEADER: time.time(),  # the worker measures how long the task waited in its queue
     }
     body: tuple[list[Any], dict[str, Any], dict[str, Any]] = (
         [],
@@ -252,10 +256,14 @@ class Dispatcher(Dispatching):
                 "interval_step": 0.2,
                 "interval_max": 0.5,
                 # The workers' prefix (workers/app.py): this deployment's queues, not another's on the same DB.
+                # (On AMQP a deployment is its vhost, named in the URL.)
                 **({"global_keyprefix": settings.broker_key_prefix} if settings.broker_key_prefix else {}),
+                # On AMQP, publisher confirms: a publish returns once RabbitMQ has the message, or raises.
+                **broker_options(settings.broker_url),
             },
         )
-        self._queues = {name: Queue(name, routing_key=name) for name in set(ROUTES.values())}
+        # Declared as the workers declare them (RabbitMQ refuses a second, different declaration).
+        self._queues = {queue.name: queue for queue in task_queues(settings.broker_url)}
         # A pool of our own: kombu's global pools are keyed by URL and outlive a closed client.
         self._producers = ProducerPool(self._connection.Pool(limit=_POOL_SIZE), limit=_POOL_SIZE)
 
@@ -289,6 +297,8 @@ class Dispatcher(Dispatching):
                     headers=headers,
                     correlation_id=headers["id"],
                     delivery_mode=2,
+                    # How long to wait for RabbitMQ's publisher confirm; a timeout raises (unused on Redis).
+                    confirm_timeout=self._settings.client.timeout,
                     retry=retries > 0,
                     retry_policy={
                         "max_retries": retries,
@@ -297,7 +307,8 @@ class Dispatcher(Dispatching):
                         "interval_max": 1,
                     },
                 )
-        except (OperationalError, KombuError, OSError, redis.RedisError) as exc:
+        except (OperationalError, KombuError, OSError, redis.RedisError, AMQPError, MessageNacked) as exc:
+            # MessageNacked: RabbitMQ refused the message (e.g. a full queue); it is not queued.
             raise BrokerUnavailable(f"cannot publish {task} to the broker at {self._broker}: {exc}") from exc
 
     def wait(self, namespace: str, task_id: str, timeout: float | None = None, **options: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ client sees) is a ``MemoryCoreError``::
     ├── NotFoundError
     │   └── MemorySetNotFound
     ├── AuthorizationError
+    ├── QuotaExceeded
     ├── BrokerUnavailable
     ├── ReplyTimeout
     │   └── NoWorkerAvailable
@@ -60,6 +61,11 @@ class AuthorizationError(MemoryCoreError):
     """Raised when a call's token does not grant the namespace it names (auth is on)."""
 
 
+class QuotaExceeded(MemoryCoreError):
+    """Raised when an add would take a namespace over one of its quotas (items, bytes, writes per second);
+    nothing of that add was written. Names the namespace, the quota and what to do."""
+
+
 class BrokerUnavailable(MemoryCoreError):
     """Raised when Redis (broker and cache) cannot be reached; names the redacted URL."""
 
@@ -92,9 +98,9 @@ class CompactionError(MemoryCoreError):
     """Raised when a compaction cannot complete."""
 
 
-CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (ConflictError, AuthorizationError)
+CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (ConflictError, AuthorizationError, QuotaExceeded)
 """Failures that are the caller's to fix: replied to, never dead-lettered (replaying the same message fails
-the same way). A message the worker cannot parse is kept (it may come from a newer client: it lands
+the same way; a write over its namespace's quota is the tenant's to retry later or make room for). A message the worker cannot parse is kept (it may come from a newer client: it lands
 after an upgrade), and so is a write into a set that does not exist yet (it lands once the set is created)."""
 
 

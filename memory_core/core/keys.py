@@ -42,6 +42,18 @@ class Keys:
         """Hash of counters: tokens per model, compactions, items folded, failures."""
         return f"{self.prefix}:{namespace}:usage"
 
+    def quota_usage(self, namespace: str) -> str:
+        """Hash of the namespace's measured long-term usage (items, bytes) and what was added since."""
+        return f"{self.prefix}:{namespace}:quota"
+
+    def write_rate(self, namespace: str) -> str:
+        """Hash of the namespace's write-rate bucket (tokens left, when last refilled)."""
+        return f"{self.prefix}:{namespace}:rate"
+
+    def quota_count_lock(self, namespace: str) -> str:
+        """Held while one worker measures the namespace's usage, so the others do not measure it too."""
+        return f"{self.prefix}:{namespace}:quota-count"
+
     def set_version(self, namespace: str, key: str, set_name: str) -> str:
         """Counter bumped by every mutation of a set; part of every item and search cache key."""
         return f"{self.prefix}:{namespace}:version:{key}:{set_name}"

@@ -37,6 +37,19 @@ BATCH_ITEMS = Histogram(
 CACHE = Counter("memory_core_cache_requests", "Cache lookups by tier and result.", ["tier", "result"])
 COMPACTIONS = Counter("memory_core_compactions", "Compactions by outcome.", ["outcome"])
 COMPACTION_ITEMS = Counter("memory_core_compaction_items_folded", "Items folded into summaries.")
+QUEUE_WAIT_SECONDS = Histogram(
+    "memory_core_queue_wait_seconds",
+    "How long a task waited in its queue, from its publishing to a worker starting it (clients' and workers'"
+    " clocks: keep them in sync).",
+    ["queue"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800),
+)
+QUOTA_REFUSALS = Counter(
+    "memory_core_quota_refusals", "Adds refused because a namespace was at a quota, by quota.", ["quota"]
+)
+QUOTA_RECOUNT_SECONDS = Histogram(
+    "memory_core_quota_recount_seconds", "Time to measure one namespace's usage for its quotas.", buckets=_LATENCY
+)
 MODEL_TOKENS = Counter("memory_core_model_tokens", "Summarizer tokens by model and direction.", ["model", "direction"])
 DEAD_LETTERS = Counter("memory_core_dead_letters", "Tasks that failed for good and were dead-lettered.", ["task"])
 

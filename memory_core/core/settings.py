@@ -237,6 +237,57 @@ class LimitsSettings(_Group):
     """The largest ``limit`` a search or recall may ask for."""
 
 
+class NamespaceQuota(_Group):
+    """One namespace's capacity limits; 0 means unlimited."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True, extra="forbid")
+
+    items: int = Field(default=0, ge=0)
+    """The most long-term items the namespace may hold, across its keys and sets; 0: unlimited."""
+    bytes: int = Field(default=0, ge=0)
+    """The most bytes of long-term item values and metadata (as JSON, UTF-8) the namespace may hold; 0:
+    unlimited. Measuring it reads the namespace's items every ``recount_interval``."""
+    writes_per_second: float = Field(default=0.0, ge=0)
+    """The sustained rate of long-term items the namespace may add, per second (a token bucket shared by
+    every worker); 0: unlimited."""
+    burst: int = Field(default=0, ge=0)
+    """Items the namespace may add at once above ``writes_per_second`` (the bucket's size); 0: one second's
+    worth, and at least one call's ``max_items_per_call``."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set."""
+        return bool(self.items or self.bytes or self.writes_per_second)
+
+
+class QuotaSettings(NamespaceQuota):
+    """Per-namespace capacity limits, enforced by the worker on every ``add`` (``QuotaExceeded``).
+
+    The limits here apply to every namespace; ``namespaces`` replaces them for the namespaces it names,
+    e.g. ``MEMORY_QUOTAS__NAMESPACES='{"tenant-a": {"items": 100000}}'``.
+    """
+
+    namespaces: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,128}$")], NamespaceQuota] = {}
+    """Limits that replace the defaults above for the namespaces named (as a JSON object)."""
+    recount_interval: float = Field(default=300.0, gt=0)
+    """Seconds a namespace's measured usage (items, bytes) is trusted; between counts every add is added to
+    it and nothing is subtracted, so a delete frees room at the next count."""
+
+    def for_namespace(self, namespace: str) -> NamespaceQuota:
+        """The limits of ``namespace``: its own when ``namespaces`` names it, else the defaults."""
+        own = self.namespaces.get(namespace)
+        if own is not None:
+            return own
+        return NamespaceQuota(
+            items=self.items, bytes=self.bytes, writes_per_second=self.writes_per_second, burst=self.burst
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether any namespace has a limit (when none has, the worker does no quota work at all)."""
+        return self.limited or any(quota.limited for quota in self.namespaces.values())
+
+
 class ShortTermSettings(_Group):
     """Short-term and sensory state, kept in Redis per run: how long it lives and how large one value may be."""
 
@@ -519,6 +570,7 @@ class Settings(BaseSettings):
     embedder: EmbedderSettings = EmbedderSettings()
     anthropic: AnthropicSettings = AnthropicSettings()
     limits: LimitsSettings = LimitsSettings()
+    quotas: QuotaSettings = QuotaSettings()
     compaction: CompactionSettings = CompactionSettings()
     cache: CacheSettings = CacheSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()

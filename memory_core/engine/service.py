@@ -42,6 +42,7 @@ from memory_core.core.validation import check_filters, check_metadata, check_tex
 from memory_core.engine.embedders import Embedder
 from memory_core.engine.embedders.base import embed_timed
 from memory_core.engine.embedders.cache import EmbeddingCache
+from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.redaction import Redactor
 from memory_core.engine.stores import ItemRecord, VectorStore
 from memory_core.engine.stores.base import lifecycle_payload, require_set, text_hash
@@ -108,6 +109,7 @@ class MemoryService:
         coordinator: Coordinator | None = None,
         embeddings: EmbeddingCache | None = None,
         redactor: Redactor | None = None,
+        quotas: QuotaGuard | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -116,6 +118,7 @@ class MemoryService:
         self.coordinator = coordinator
         self.embeddings = embeddings
         self.redactor = redactor
+        self.quotas = quotas
         self._local_locks: dict[Scope, threading.Lock] = {}
         self._local_locks_guard = threading.Lock()
 
@@ -190,7 +193,8 @@ class MemoryService:
         return self.store_add(prepared, self.embed(prepared.request.namespace, prepared.texts, written=True))
 
     def prepare_add(self, raw: dict[str, Any]) -> PreparedAdd:
-        """Validates an add request and builds its items (redacted when redaction is on); touches nothing."""
+        """Validates an add request, builds its items (redacted when redaction is on) and admits them by the
+        namespace's quotas (``QuotaExceeded``); writes nothing."""
         request = parse(AddRequest, raw, "add request")
         definition = self._definition(request.scope)
         if len(request.items) > self.limits.max_items_per_call:
@@ -198,7 +202,10 @@ class MemoryService:
                 f"add carries {len(request.items)} items; at most {self.limits.max_items_per_call} are allowed"
             )
         latest = {item.id: item for item in request.items}  # a repeated id in one call: the last one wins
-        return PreparedAdd(request, definition, [self._new_item(definition, new) for new in latest.values()])
+        items = [self._new_item(definition, new) for new in latest.values()]
+        if self.quotas is not None:  # before embedding: a refused add costs no model time
+            self.quotas.admit(request.scope, [item for item, _ in items])
+        return PreparedAdd(request, definition, items)
 
     def store_add(self, prepared: PreparedAdd, vectors: list[list[float]]) -> AddReply:
         """Writes prepared items with their vectors (deduplicating under the set's lock when the set does)."""

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,145 @@ def celery_process(
         yield process
     finally:
         stop(process)
+
+
+RABBITMQ_PORT = 5672
+
+
+def rabbitmq_missing() -> str | None:
+    """Why no RabbitMQ test can run here (nothing on loopback 5672, no ``rabbitmqctl``), or None when they can."""
+    if shutil.which("rabbitmqctl") is None:
+        return "rabbitmqctl is not on the PATH: RabbitMQ tests create a vhost of their own with it"
+    try:
+        socket.create_connection(("127.0.0.1", RABBITMQ_PORT), timeout=1).close()
+    except OSError:
+        return f"no RabbitMQ listens on 127.0.0.1:{RABBITMQ_PORT}"
+    return None
+
+
+def rabbitmqctl(*args: str, node: str | None = None, cookie: str | None = None, timeout: float = 60) -> str:
+    """Runs ``rabbitmqctl`` (against ``node`` with its ``cookie``, else the default node); returns its output,
+    raises on failure."""
+    command = ["rabbitmqctl", *(["-n", node] if node else []), *(["--erlang-cookie", cookie] if cookie else [])]
+    command += ["-q", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr or done.stdout}")
+    return done.stdout
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost(name: str, *, node: RabbitNode | None = None) -> Iterator[str]:
+    """A fresh vhost on the shared RabbitMQ (or ``node``) that guest may use; yields its broker URL and deletes
+    it (and every queue in it) afterwards."""
+    where: dict[str, Any] = {"node": node.name, "cookie": node.cookie} if node else {}
+    rabbitmqctl("add_vhost", name, **where)
+    try:
+        rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*", **where)
+        yield f"amqp://guest:guest@127.0.0.1:{node.port if node else RABBITMQ_PORT}/{name}"
+    finally:
+        rabbitmqctl("delete_vhost", name, **where)
+
+
+def rabbitmq_queue_depths(vhost: str, *, node: RabbitNode | None = None) -> dict[str, tuple[int, int]]:
+    """Each queue of ``vhost``: (messages ready, messages delivered but unacknowledged)."""
+    where: dict[str, Any] = {"node": node.name, "cookie": node.cookie} if node else {}
+    output = rabbitmqctl("list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged", **where)
+    depths: dict[str, tuple[int, int]] = {}
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[1].isdigit():
+            depths[fields[0]] = (int(fields[1]), int(fields[2]))
+    return depths
+
+
+_RABBITMQ_SERVERS = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/lib/rabbitmq/sbin/rabbitmq-server")
+
+
+class RabbitNode:
+    """A RabbitMQ node of a test's own, on spare loopback ports, with its data under ``base``: a test may stop
+    and restart it (the shared node on 5672 is never stopped). Its data survives a restart."""
+
+    def __init__(self, base: Path) -> None:
+        server = next((path for path in _RABBITMQ_SERVERS if Path(path).exists()), shutil.which("rabbitmq-server"))
+        if server is None:
+            raise FileNotFoundError("rabbitmq-server")
+        self.server = server
+        self.name = f"memory-test-{uuid.uuid4().hex[:8]}@localhost"
+        self.port, self.dist_port = free_port(), free_port()
+        self.cookie = uuid.uuid4().hex.upper()
+        self.base = base
+        home = base / "home"
+        home.mkdir(parents=True)
+        (home / ".erlang.cookie").write_text(self.cookie)
+        (home / ".erlang.cookie").chmod(0o400)
+        (base / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{self.port}\nloopback_users = none\n")
+        (base / "enabled_plugins").write_text("[].\n")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def _env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HOME": str(self.base / "home"),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.base / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.base / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": str(self.base / "plugins-expand"),
+        }
+
+    def start(self, timeout: float = 90) -> float:
+        """Starts the node in the foreground (a process group of its own); returns the seconds until it accepts
+        AMQP connections."""
+        began = time.monotonic()
+        with (self.base / f"node-{self.starts}.log").open("w") as out:
+            self.process = subprocess.Popen(
+                [self.server],
+                cwd=self.base,
+                env=self._env(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.starts += 1
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return time.monotonic() - began
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() - began > timeout:
+                    self.stop(kill=True)
+                    raise RuntimeError(f"RabbitMQ node {self.name} did not start") from None
+                time.sleep(0.1)
+
+    def stop(self, *, kill: bool = False, timeout: float = 60) -> None:
+        """Stops the node: SIGTERM (a clean shutdown) or SIGKILL, to its whole process group (the start script
+        and the Erlang VM); waits until it is gone."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        deadline = time.monotonic() + timeout
+        while _group_alive(process.pid) and time.monotonic() < deadline:  # the VM may outlive the script
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -24,21 +24,29 @@ def publish_raw(
     serializer: str = "json",
     args: list[Any] | None = None,
     token: str | None = None,
+    headers: dict[str, Any] | None = None,
 ) -> str:
     """Publishes one Celery protocol-2 message to the task's queue (this deployment's); returns its task id.
 
-    ``args``: positional arguments (our client never sends any); ``token``: the auth header, as a client sets it.
+    ``args``: positional arguments (our client never sends any); ``token``: the auth header, as a client sets it;
+    ``headers``: headers added to (or replacing) the client's.
     """
     task_id = task_id or str(uuid.uuid4())
-    body, headers = celery_message(task, task_id, kwargs, "raw")
+    body, message_headers = celery_message(task, task_id, kwargs, "raw")
+    message_headers.update(headers or {})
     if args is not None:
         body = (args, *body[1:])
     if token is not None:
-        headers[AUTH_HEADER] = token
+        message_headers[AUTH_HEADER] = token
     options = {"global_keyprefix": settings.broker_key_prefix}
     with Connection(settings.broker_url, transport_options=options) as conn:
         conn.Producer().publish(
-            body, exchange="", routing_key=ROUTES[task], serializer=serializer, headers=headers, correlation_id=task_id
+            body,
+            exchange="",
+            routing_key=ROUTES[task],
+            serializer=serializer,
+            headers=message_headers,
+            correlation_id=task_id,
         )
     return task_id
 

@@ -13,6 +13,7 @@ from memory_core.core.dispatch import open_redis
 from memory_core.core.keys import Keys
 from memory_core.core.liveness import Heartbeat, WorkerInfo
 from memory_core.core.settings import Settings
+from tests.integration.processes import RabbitNode, rabbitmq_queue_depths
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.05) -> None:
@@ -55,3 +56,26 @@ def phantom_worker(settings: Settings) -> Iterator[Heartbeat]:
         yield heartbeat
     finally:
         heartbeat.stop()
+
+
+_RABBITMQ_STATS_SECONDS = 5.0
+"""How old the per-queue counts RabbitMQ lists may be (its default statistics interval)."""
+
+
+def rabbitmq_drained(vhost: str, *, node: RabbitNode | None = None) -> bool:
+    """Whether no task is ready or delivered but unacknowledged in ``vhost``'s task queues (RabbitMQ broker),
+    nor waiting out a retry's countdown in the broker's delayed-delivery queues.
+
+    The counts RabbitMQ lists lag by up to its statistics interval (a message published 4 s ago may not show
+    yet), so an empty look counts only when a second look, that much later, is empty too.
+    """
+    if not _rabbitmq_empty(vhost, node):
+        return False
+    time.sleep(_RABBITMQ_STATS_SECONDS + 1)
+    return _rabbitmq_empty(vhost, node)
+
+
+def _rabbitmq_empty(vhost: str, node: RabbitNode | None) -> bool:
+    depths = rabbitmq_queue_depths(vhost, node=node)
+    tasks = [depth for name, depth in depths.items() if name in routing.QUEUES or name.startswith("celery_delayed_")]
+    return set(routing.QUEUES) <= set(depths) and all(ready == 0 and unacked == 0 for ready, unacked in tasks)

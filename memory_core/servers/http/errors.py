@@ -26,6 +26,7 @@ ERRORS: tuple[tuple[type[errors.MemoryCoreError], int, str], ...] = (
     (errors.MemorySetNotFound, 404, "memory_set_not_found"),
     (errors.NotFoundError, 404, "not_found"),
     (errors.AuthorizationError, 403, "forbidden"),
+    (errors.QuotaExceeded, 429, "quota_exceeded"),
     (errors.NoWorkerAvailable, 503, "no_worker_available"),
     (errors.ReplyTimeout, 504, "reply_timeout"),
     (errors.BrokerUnavailable, 503, "broker_unavailable"),

@@ -1,11 +1,15 @@
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery, signals
+from kombu import Queue
 
 import workers.app
 from memory_core.core import routing
+from memory_core.core.dispatch import Dispatcher
 from memory_core.core.errors import ConfigurationError
+from memory_core.core.keys import Keys
 from memory_core.core.settings import Settings
 from workers.app import create_app
 from workers.broker import Transport
@@ -62,3 +66,37 @@ def test_only_a_worker_consumes_through_the_fixed_transport_and_others_see_a_red
     signals.worker_init.send(sender=_Worker(app))  # what a WorkController sends before it connects
     with app.connection_for_read() as connection:
         assert isinstance(connection.transport, Transport)
+
+
+def _declared(queue: Queue) -> tuple[object, ...]:
+    # What RabbitMQ compares when a queue is declared again: a mismatch is PRECONDITION_FAILED.
+    return (queue.name, queue.durable, queue.auto_delete, queue.exclusive, queue.queue_arguments)
+
+
+def test_an_amqp_app_declares_durable_quorum_queues_with_publisher_confirms_as_the_client_does(tmp_path: Path):
+    url = "amqp://guest:guest@localhost:5672/acme"
+    settings = Settings(_env_file=None, qdrant={"path": tmp_path}, celery={"broker_url": url})
+    conf = create_app(settings).conf
+    assert {q.name for q in conf.task_queues} == set(routing.QUEUES)
+    for queue in conf.task_queues:
+        assert queue.durable is True
+        assert queue.queue_arguments == {"x-queue-type": "quorum"}
+        assert (queue.exchange.name, queue.exchange.type) == (routing.TASK_EXCHANGE, "topic")
+    assert conf.broker_transport_options["confirm_publish"] is True
+    assert conf.worker_detect_quorum_queues is True
+    assert conf.task_acks_late is True
+    assert conf.worker_prefetch_multiplier == 1
+    dispatcher = Dispatcher(settings, redis.Redis(), Keys(settings.redis.key_prefix))
+    try:
+        client_queues = sorted(_declared(q) for q in dispatcher._queues.values())
+        assert client_queues == sorted(_declared(q) for q in conf.task_queues)
+        assert (dispatcher._connection.transport_options or {}).get("confirm_publish") is True
+    finally:
+        dispatcher.close()
+
+
+def test_a_redis_app_declares_classic_queues_without_publisher_confirms(tmp_path: Path):
+    conf = create_app(_settings(tmp_path)).conf
+    for queue in conf.task_queues:
+        assert not queue.queue_arguments
+    assert "confirm_publish" not in conf.broker_transport_options
