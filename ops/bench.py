@@ -12,6 +12,8 @@ Measured in one run on the same texts:
 
     ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000] [--door-facts 200]
     ops/bench --doors    # the doors alone
+    ops/bench --scale 10000,100000,1000000    # cost as work grows, one embedded node (ops/scale.py)
+    ops/bench --profile-writes    # where the worker's CPU goes per add message (ops/write_profile.py)
 """
 
 from __future__ import annotations
@@ -610,7 +612,29 @@ def main() -> None:
     parser.add_argument("--conditional-items", type=int, default=5_000)
     parser.add_argument("--door-facts", type=int, default=200)
     parser.add_argument("--doors", action="store_true", help="run only the doors section (client vs MCP server)")
+    parser.add_argument(
+        "--scale",
+        metavar="SIZES",
+        help="run only the scale table (ops/scale.py) at these item counts, e.g. 10000,100000,1000000",
+    )
+    parser.add_argument(
+        "--profile-writes",
+        action="store_true",
+        help="run only the worker CPU profile per add message (ops/write_profile.py)",
+    )
     args = parser.parse_args()
+    if args.profile_writes:
+        import write_profile
+
+        with redis_server(load_settings().redis.url):
+            write_profile.run(args.items, args.batch)
+        return
+    if args.scale:
+        import scale
+
+        with redis_server(load_settings().redis.url):
+            scale.run([int(size) for size in args.scale.split(",")], searches=min(args.searches, 100))
+        return
     if args.doors:
         _only_doors(args)
         return
