@@ -12,6 +12,7 @@ Measured in one run on the same texts:
 
     ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000] [--door-facts 200]
     ops/bench --doors    # the doors alone
+    ops/bench --writes 3    # (a), (b) and (c) alone, three rounds in turn (to compare builds)
     ops/bench --scale 10000,100000,1000000    # cost as work grows, one embedded node (ops/scale.py)
     ops/bench --profile-writes    # where the worker's CPU goes per add message (ops/write_profile.py)
 """
@@ -56,7 +57,7 @@ from memory_core.core.dispatch import open_redis
 from memory_core.core.liveness import consumers
 from memory_core.core.messages import CompactionReport
 from memory_core.core.models import MemorySet, MemorySetItem, Scope
-from memory_core.core.settings import QdrantSettings
+from memory_core.core.settings import QdrantSettings, Settings
 from memory_core.engine.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
 from memory_core.engine.stores import ItemRecord, collection_name, point_id
 from memory_core.engine.stores.base import to_payload
@@ -254,6 +255,63 @@ def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4) -> fl
     rate = len(texts) / (time.perf_counter() - started)
     assert singles.size() == len(texts), "every item must be stored"
     return rate
+
+
+def _batched_adds(client: MemoryClient, texts: list[str], batch: int) -> float:
+    """(c): add() calls of ``batch`` items, all sent, then timed until every item is durable."""
+    ltm = client.long_term("bench", "k")
+    notes = ltm.get_or_create_memory_set("notes", capacity=1_000_000)
+    started = time.perf_counter()
+    receipts = [ltm.submit(notes, texts[i : i + batch]) for i in range(0, len(texts), batch)]
+    for receipt in receipts:
+        receipt.wait(timeout=600)
+    rate = len(texts) / (time.perf_counter() - started)
+    assert notes.size() == len(texts), "every item must be stored"
+    return rate
+
+
+def _embed_rates(embedder: MiniLMEmbedder, texts: list[str], settings: Settings) -> dict[int, float]:
+    """(a): the embedder alone, items/s by thread count; the worker embeds in several threads at once, so
+    the ceiling is the best layout, each measured twice."""
+    embedder.embed(texts[:64])  # warm-up
+    rates: dict[int, float] = {}
+    for threads in sorted({1, os.cpu_count() or 1, settings.celery.concurrency}):
+        for _ in range(2):
+            rates[threads] = max(rates.get(threads, 0.0), _embed_rate(embedder, texts, threads))
+    return rates
+
+
+def _only_writes(args: argparse.Namespace) -> None:
+    """(a), (b) and (c) alone, ``args.writes`` rounds in turn on one worker, each round on new texts."""
+    env = isolated_env("bench")
+    settings = load_settings()
+    embedder = MiniLMEmbedder(threads=settings.embedder.threads, batch_size=settings.embedder.batch_size)
+    rows = []
+    with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
+        clear_prefix(settings.redis.url, settings.redis.key_prefix)
+        warm = client.long_term("bench", "k").get_or_create_memory_set("warm", capacity=1_000_000)
+        warm.add(corpus(32, seed=99))  # worker warm-up (model load)
+        for n in range(args.writes):
+            texts = corpus(args.items, seed=100 + n)
+            embed_rate = max(_embed_rates(embedder, texts, settings).values())
+            single_rate = _single_adds(client, texts)
+            _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
+            full_rate = _batched_adds(client, texts, args.batch)
+            client.long_term("bench", "k").delete_memory_set("singles")
+            client.long_term("bench", "k").delete_memory_set("notes")
+            rows.append((embed_rate, single_rate, full_rate))
+            print(
+                f"round {n + 1}: (a) {embed_rate:.0f}, (b) {single_rate:.0f}, (c) {full_rate:.0f} items/s", flush=True
+            )
+    print(
+        f"\n| round | (a) embedder items/s | (b) one add per item, 4 threads | (c) adds of {args.batch} | (b)/(a) | (c)/(a) |"
+    )
+    print("|---|---|---|---|---|---|")
+    for n, (a, b, c) in enumerate(rows, 1):
+        print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b / a:.2f} | {c / a:.2f} |")
+    b_ratio = statistics.median(b / a for a, b, _ in rows)
+    c_ratio = statistics.median(c / a for a, _, c in rows)
+    print(f"| median | | | | {b_ratio:.2f} | {c_ratio:.2f} |")
 
 
 def _clear_embeddings(url: str, prefix: str) -> None:
@@ -618,6 +676,12 @@ def main() -> None:
         help="run only the scale table (ops/scale.py) at these item counts, e.g. 10000,100000,1000000",
     )
     parser.add_argument(
+        "--writes",
+        type=int,
+        metavar="ROUNDS",
+        help="run only the write throughput, (a), (b) and (c), this many rounds in turn (to compare builds)",
+    )
+    parser.add_argument(
         "--profile-writes",
         action="store_true",
         help="run only the worker CPU profile per add message (ops/write_profile.py)",
@@ -638,6 +702,9 @@ def main() -> None:
     if args.doors:
         _only_doors(args)
         return
+    if args.writes:
+        _only_writes(args)
+        return
 
     env = isolated_env("bench")
     shutil.rmtree(RUN_DIR / "bench-ttl", ignore_errors=True)
@@ -646,12 +713,7 @@ def main() -> None:
 
     # (a) the embedder alone, as the worker runs it (same threads and batch size), on the same texts.
     embedder = MiniLMEmbedder(threads=settings.embedder.threads, batch_size=settings.embedder.batch_size)
-    embedder.embed(texts[:64])  # warm-up
-    # The worker embeds in several threads at once; the ceiling is the best layout, each measured twice.
-    rates: dict[int, float] = {}
-    for threads in sorted({1, os.cpu_count() or 1, settings.celery.concurrency}):
-        for _ in range(2):
-            rates[threads] = max(rates.get(threads, 0.0), _embed_rate(embedder, texts, threads))
+    rates = _embed_rates(embedder, texts, settings)
     embed_rate = max(rates.values())
     single = []
     for text in texts[:50]:
@@ -670,13 +732,7 @@ def main() -> None:
         # (b) one add per item from 4 client threads; (c) batched add calls; same texts, no cached embeddings.
         single_rate = _single_adds(client, texts)
         _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
-        ltm = client.long_term("bench", "k")
-        started = time.perf_counter()
-        receipts = [ltm.submit(notes, texts[i : i + args.batch]) for i in range(0, len(texts), args.batch)]
-        for receipt in receipts:
-            receipt.wait(timeout=600)
-        full_rate = len(texts) / (time.perf_counter() - started)
-        assert notes.size() == len(texts), "every item must be stored"
+        full_rate = _batched_adds(client, texts, args.batch)
 
         # Distinct queries: every first search is a cache miss (through the queue); the same queries
         # again from this client hit L1; from a fresh client (empty L1) they hit L2.

@@ -117,7 +117,7 @@ def _load(path: Path, count: int) -> tuple[float, int]:
                         last_accessed_time=now,
                         expires_at=past if number % 100 == 99 and scope.namespace.startswith("tenant") else None,
                     )
-                    records.append(ItemRecord(item=item, seq=start + i, vector=vector))
+                    records.append(ItemRecord(item=item, seq=start + i, vector=vector.tolist()))
                 store.upsert(scope, records, context_window=2)
                 written += n
         store.optimize()

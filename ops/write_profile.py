@@ -24,19 +24,21 @@ from stack import RUN_DIR, VENV_BIN, clear_prefix, isolated_env, worker
 
 from memory_core import MemoryClient, load_settings
 
+_OUR_REDIS = "Redis round trips of ours (replies, locks, versions, caches)"
+_BROKER = "broker transport (kombu, with its own Redis commands)"
 # Leaf-first: the first rule whose marker is in a frame, walking from the sampled frame to the root, names
 # the bucket. Markers are module paths and native library names as the sampler prints them.
 BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model (onnxruntime)", ("onnxruntime", "libonnxruntime")),
     ("tokenizer", ("tokenizers", "minilm.py")),
     ("store (engine write and read)", ("qdrant_edge", "stores/edge.py", "stores/base.py")),
-    ("Redis round trips (replies, locks, versions, caches)", ("redis/", "redis\\", "coordination.py", "cache/")),
+    (_OUR_REDIS, ("redis/", "redis\\", "coordination.py", "cache/")),
     ("logging", ("logging/",)),
     ("metrics", ("prometheus_client",)),
     ("validation and models (pydantic)", ("pydantic", "validation.py", "messages.py", "models.py")),
     ("JSON", ("json/", "orjson")),
     ("thread hand-offs (task pool, micro-batching)", ("batching.py", "queue.py", "threading.py", "concurrent/futures")),
-    ("broker transport (kombu)", ("kombu/",)),
+    (_BROKER, ("kombu/",)),
     ("Celery's task handling", ("celery/", "billiard/")),
 )
 OTHER = "other (interpreter, our own code)"
@@ -65,6 +67,9 @@ def bucket(stack: str) -> str:
     for frame in reversed(frames):
         for name, markers in BUCKETS:
             if any(marker in frame for marker in markers):
+                # kombu keeps its visibility bookkeeping (and acks) in Redis: those commands are the broker's.
+                if name == _OUR_REDIS and any("kombu/" in f for f in frames):
+                    return _BROKER
                 return name
     return OTHER
 
