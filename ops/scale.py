@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench import _rss_mb, _timed, corpus, percentile
 from stack import RUN_DIR, clear_prefix, isolated_env, worker
 
 from memory_core import EvictionPolicy, MemoryClient, load_settings
@@ -56,17 +57,8 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _pair(values: list[float]) -> str:
-    ordered = sorted(values)
-    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"{statistics.median(values):.1f} / {p95:.1f} ms"
+    return f"{statistics.median(values):.1f} / {percentile(values, 0.95):.1f} ms"
 
 
 def _layout(count: int) -> list[tuple[Scope, int, MemorySet]]:
@@ -127,9 +119,7 @@ def _load(path: Path, count: int) -> tuple[float, int]:
 
 
 def _texts(count: int) -> list[str]:
-    from bench import corpus  # the bench's realistic texts
-
-    return corpus(count, seed=5)
+    return corpus(count, seed=5)  # the bench's realistic texts
 
 
 def _stalls(store: EdgeVectorStore, run: Any) -> tuple[float, float, Any]:
@@ -205,15 +195,6 @@ def _reopen_s(path: Path) -> float:
 
 def _queries(count: int) -> list[str]:
     return [t.rsplit(" (", 1)[0] + f" {n}" for n, t in enumerate(_texts(count))]
-
-
-def _timed(call: Any, queries: list[str]) -> list[float]:
-    spent = []
-    for query in queries:
-        began = time.perf_counter()
-        call(query)
-        spent.append((time.perf_counter() - began) * 1000)
-    return spent
 
 
 def _through_queue(path: Path, env: dict[str, str], size: int, searches: int) -> dict[str, Any]:
