@@ -100,8 +100,9 @@ class CompactionError(MemoryCoreError):
 
 CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (ConflictError, AuthorizationError, QuotaExceeded)
 """Failures that are the caller's to fix: replied to, never dead-lettered (replaying the same message fails
-the same way; a write over its namespace's quota is the tenant's to retry later or make room for). A message the worker cannot parse is kept (it may come from a newer client: it lands
-after an upgrade), and so is a write into a set that does not exist yet (it lands once the set is created)."""
+the same way; a write over its namespace's quota is the tenant's to retry later or make room for). A
+message the worker cannot parse is kept (it may come from a newer client: it lands after an upgrade), and
+so is a write into a set that does not exist yet (it lands once the set is created)."""
 
 
 def error_types() -> dict[str, type[MemoryCoreError]]:

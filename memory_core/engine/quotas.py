@@ -26,6 +26,7 @@ import redis
 from memory_core.core import metrics
 from memory_core.core.errors import QuotaExceeded
 from memory_core.core.keys import Keys
+from memory_core.core.locks import RedisLock
 from memory_core.core.models import MemorySetItem, Scope
 from memory_core.core.settings import NamespaceQuota, QuotaSettings
 from memory_core.engine.stores.base import VectorStore
@@ -153,8 +154,8 @@ class QuotaGuard:
         fresh = at is not None and time.time() - float(at) < self.settings.recount_interval
         if fresh and (measured_bytes == b"1" or not bytes_too):
             return
-        lock = self.keys.quota_count_lock(namespace)
-        if not self.redis.set(lock, b"1", nx=True, ex=_COUNT_LOCK_TTL):
+        lock = RedisLock(self.redis, self.keys.quota_count_lock(namespace), _COUNT_LOCK_TTL)
+        if not lock.acquire():
             if at is not None:
                 return  # another worker is counting; until it is done the last count (plus adds since) stands
             if self._first_count_by_another(key):
@@ -178,7 +179,7 @@ class QuotaGuard:
             )
             logger.info("namespace %r holds %d long-term items (%d bytes counted)", namespace, items, size)
         finally:
-            self.redis.delete(lock)
+            lock.release()  # only if still ours: a count that outlived the lock's expiry frees no other's
 
     def _first_count_by_another(self, key: str) -> bool:
         """Waits for the first count of a namespace that another worker is taking; False if it never comes."""

@@ -126,11 +126,16 @@ def rabbitmqctl(*args: str, node: str | None = None, cookie: str | None = None, 
     return done.stdout
 
 
+def _ctl_target(node: RabbitNode | None) -> dict[str, Any]:
+    """``rabbitmqctl``'s node and cookie for ``node``; none for the shared node."""
+    return {"node": node.name, "cookie": node.cookie} if node else {}
+
+
 @contextlib.contextmanager
 def rabbitmq_vhost(name: str, *, node: RabbitNode | None = None) -> Iterator[str]:
     """A fresh vhost on the shared RabbitMQ (or ``node``) that guest may use; yields its broker URL and deletes
     it (and every queue in it) afterwards."""
-    where: dict[str, Any] = {"node": node.name, "cookie": node.cookie} if node else {}
+    where = _ctl_target(node)
     rabbitmqctl("add_vhost", name, **where)
     try:
         rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*", **where)
@@ -141,8 +146,9 @@ def rabbitmq_vhost(name: str, *, node: RabbitNode | None = None) -> Iterator[str
 
 def rabbitmq_queue_depths(vhost: str, *, node: RabbitNode | None = None) -> dict[str, tuple[int, int]]:
     """Each queue of ``vhost``: (messages ready, messages delivered but unacknowledged)."""
-    where: dict[str, Any] = {"node": node.name, "cookie": node.cookie} if node else {}
-    output = rabbitmqctl("list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged", **where)
+    output = rabbitmqctl(
+        "list_queues", "-p", vhost, "name", "messages_ready", "messages_unacknowledged", **_ctl_target(node)
+    )
     depths: dict[str, tuple[int, int]] = {}
     for line in output.splitlines():
         fields = line.split()
