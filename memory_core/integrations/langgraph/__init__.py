@@ -10,9 +10,12 @@
   not a memory-core key (letters, digits, ``_ . -``, at most 128) is stored as ``b64.`` + its URL-safe
   base64, and so is one that already starts with ``b64.``, so no two thread ids share a key.
 * Each checkpoint is one tier snapshot: the checkpoint, each channel value and the metadata, each
-  serialized by the saver's ``serde`` and kept as ``[type, base64]`` pairs in the snapshot's JSON (only
-  data types, ``null``, ``bytes``, ``json``, ``msgpack``; a code-running fallback is refused both ways). Every snapshot holds the whole state: no shared channel blobs
-  that trimming or a TTL could take from a checkpoint still kept.
+  serialized by the saver's ``serde`` and kept as ``[type, base64]`` pairs in the snapshot's JSON. Every
+  snapshot holds the whole state: no shared channel blobs that trimming or a TTL could take from a
+  checkpoint still kept.
+* What is read back is data only (``serde.DataOnlySerializer``): LangGraph's own types and the saver's
+  ``allowed_types``; a stored value naming anything else fails that read, typed, with nothing imported or
+  called, and a value the saver could not read back is refused when it is written.
 * The writes of checkpoint ``c`` in ``checkpoint_ns`` ``ns`` are snapshots of their own, one per
   ``(task_id, idx)``, in the checkpoint namespace ``ns + "\\x00writes\\x00" + c`` of the same thread
   (LangGraph never puts a NUL in a checkpoint namespace), so ``delete_thread`` and the tier's TTL and

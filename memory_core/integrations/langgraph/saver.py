@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import builtins
+import copy
 import random
 import re
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -27,6 +29,7 @@ from memory_core.client import MemoryClient
 from memory_core.client.aio import AsyncMemoryClient
 from memory_core.core.errors import InvalidRequestError
 from memory_core.integrations.langgraph.runner import Call, Logic, Runner
+from memory_core.integrations.langgraph.serde import DataOnlySerializer, TypeKey
 from memory_core.tiers.checkpoints import Checkpoint as Snapshot
 
 # -- the checkpointer --------------------------------------------------------------------------------------------
@@ -49,28 +52,21 @@ def thread_key(thread_id: object) -> str:
     return _ENCODED + base64.urlsafe_b64encode(text.encode()).decode("ascii").rstrip("=")
 
 
-_DATA_KINDS = frozenset({"null", "bytes", "bytearray", "json", "msgpack"})
-"""Serializer types that decode to data and nothing else. Any other type (a fallback that runs code when it
-is loaded) is refused when written and when read, so nothing in Redis can make a worker or client run it."""
-
-
 def _pack(serde: SerializerProtocol, value: Any) -> builtins.list[str]:
     kind, data = serde.dumps_typed(value)
-    if kind not in _DATA_KINDS:
-        raise InvalidRequestError(
-            f"the saver's serde encoded a {type(value).__name__} as {kind!r}; memory-core stores only the data "
-            f"types {sorted(_DATA_KINDS)} (use a serializer without a code-running fallback)"
-        )
     return [kind, base64.b64encode(data).decode("ascii")]
 
 
-def _unpack(serde: SerializerProtocol, packed: Sequence[str]) -> Any:
+def _unpack(serde: SerializerProtocol, packed: Any, what: str) -> Any:
+    """The value of a stored ``[type, base64]`` pair; anything else in its place fails the read, typed."""
+    if not (isinstance(packed, list) and len(packed) == 2 and all(isinstance(part, str) for part in packed)):
+        raise InvalidRequestError(f"the stored {what} is {packed!r:.200}, not a [type, base64] pair of strings")
     kind, data = packed
-    if kind not in _DATA_KINDS:  # never written by this saver: loading it could run what Redis holds
-        raise InvalidRequestError(
-            f"a stored checkpoint value has the type {kind!r}; memory-core loads only {sorted(_DATA_KINDS)}"
-        )
-    return serde.loads_typed((kind, base64.b64decode(data)))
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except binascii.Error as exc:
+        raise InvalidRequestError(f"the stored {what} is not base64: {data!r:.200}") from exc
+    return serde.loads_typed((kind, raw))
 
 
 def _writes_ns(checkpoint_ns: str, checkpoint_id: str) -> str:
@@ -87,6 +83,12 @@ class MemoryCoreSaver(BaseCheckpointSaver[str]):
 
     Listing needs a thread id (the tier lists per thread), and a config without ``checkpoint_ns`` lists the
     root namespace. Newest first means last written first.
+
+    Stored values are read back as data only (``DataOnlySerializer``): LangGraph's own types (messages,
+    ``Send``, datetimes, UUIDs, sets...) and the ``allowed_types`` of the app's state (its pydantic models,
+    dataclasses, enums); a stored value of any other type fails the read, and a value of such a type is
+    refused when it is written. ``serde`` encodes (LangGraph's ``JsonPlusSerializer`` by default); what it
+    writes must read back under these rules.
     """
 
     def __init__(
@@ -95,9 +97,14 @@ class MemoryCoreSaver(BaseCheckpointSaver[str]):
         *,
         client: MemoryClient | None = None,
         aclient: AsyncMemoryClient | None = None,
+        allowed_types: Iterable[type | TypeKey] = (),
         serde: SerializerProtocol | None = None,
     ) -> None:
-        super().__init__(serde=serde)
+        if isinstance(serde, DataOnlySerializer):
+            self._data = serde.with_types(allowed_types)
+        else:
+            self._data = DataOnlySerializer(allowed_types=allowed_types, encoder=serde)
+        super().__init__(serde=self._data)
         self.namespace = namespace
         tier = client.checkpoints(namespace) if client is not None else None
         atier = aclient.checkpoints(namespace) if aclient is not None else None
@@ -178,6 +185,14 @@ class MemoryCoreSaver(BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """See ``delete_thread``."""
         await self._runner.arun(self._delete_thread(thread_id))
+
+    def with_allowlist(self, extra_allowlist: Collection[TypeKey]) -> MemoryCoreSaver:
+        """A copy that also rebuilds ``extra_allowlist``: LangGraph passes the types of a graph's state schema
+        here when it compiles with ``LANGGRAPH_STRICT_MSGPACK=true``."""
+        clone = copy.copy(self)
+        clone._data = self._data.with_types(extra_allowlist)
+        clone.serde = clone._data
+        return clone
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """A version greater than ``current``: a zero-padded counter and a random fraction, as LangGraph's own."""
@@ -308,27 +323,49 @@ class MemoryCoreSaver(BaseCheckpointSaver[str]):
                 f"checkpoint {saved.id!r} of thread {saved.thread_id!r} was not written by MemoryCoreSaver "
                 f"(format {saved.checkpoint.get('format')!r}, expected {_FORMAT})"
             )
-        metadata: dict[str, Any] = _unpack(self.serde, saved.checkpoint["metadata"])
-        return metadata
+        return _mapping(_unpack(self.serde, saved.checkpoint.get("metadata"), "metadata"), "metadata", saved)
 
     def _tuple(
         self, thread_id: Any, saved: Snapshot, metadata: dict[str, Any], writes: Iterable[Snapshot]
     ) -> CheckpointTuple:
         snapshot = saved.checkpoint
-        checkpoint = _unpack(self.serde, snapshot["checkpoint"])
-        checkpoint["channel_values"] = {k: _unpack(self.serde, v) for k, v in snapshot["channel_values"].items()}
+        checkpoint = _mapping(_unpack(self.serde, snapshot.get("checkpoint"), "checkpoint"), "checkpoint", saved)
+        values = _mapping(snapshot.get("channel_values"), "channel values", saved)
+        checkpoint["channel_values"] = {k: _unpack(self.serde, v, f"channel value {k!r}") for k, v in values.items()}
         where = {"thread_id": thread_id, "checkpoint_ns": saved.checkpoint_ns}
         parent = snapshot.get("parent_id")
-        pending = sorted(
-            (w.checkpoint for w in writes), key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"])
-        )
+        pending = sorted((self._write(w) for w in writes), key=lambda w: writes_sort_key(w[3], w[0], w[4]))
         return CheckpointTuple(
             config={"configurable": {**where, "checkpoint_id": saved.id}},
-            checkpoint=checkpoint,
+            checkpoint=cast(Checkpoint, checkpoint),
             metadata=cast(CheckpointMetadata, metadata),
-            parent_config={"configurable": {**where, "checkpoint_id": parent}} if parent else None,
-            pending_writes=[(w["task_id"], w["channel"], _unpack(self.serde, w["value"])) for w in pending],
+            parent_config={"configurable": {**where, "checkpoint_id": parent}}
+            if isinstance(parent, str) and parent
+            else None,
+            pending_writes=[(task_id, channel, value) for task_id, channel, value, _, _ in pending],
         )
+
+    def _write(self, stored: Snapshot) -> tuple[str, str, Any, str, int]:
+        """A stored pending write as ``(task_id, channel, value, task_path, idx)``."""
+        write = stored.checkpoint
+        task_id, channel, task_path, idx = (write.get(k) for k in ("task_id", "channel", "task_path", "idx"))
+        if not (isinstance(task_id, str) and isinstance(channel, str) and isinstance(task_path, str)) or (
+            type(idx) is not int
+        ):
+            raise InvalidRequestError(
+                f"the stored write {stored.id!r} of thread {stored.thread_id!r} is not a pending write: "
+                f"task_id {task_id!r}, channel {channel!r}, task_path {task_path!r}, idx {idx!r}"
+            )
+        return task_id, channel, _unpack(self.serde, write.get("value"), f"write {stored.id!r}"), task_path, idx
+
+
+def _mapping(value: Any, what: str, saved: Snapshot) -> dict[str, Any]:
+    if not (isinstance(value, dict) and all(isinstance(key, str) for key in value)):
+        raise InvalidRequestError(
+            f"the stored {what} of checkpoint {saved.id!r} of thread {saved.thread_id!r} is {value!r:.200}, "
+            "not a mapping with string keys"
+        )
+    return value
 
 
 def _matches_metadata(metadata: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
