@@ -3,8 +3,6 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY memory_core ./memory_core
-COPY workers ./workers
-COPY beat_schedule.py ./
 COPY ops/constraints.txt ./ops/
 RUN pip install --no-cache-dir -c ops/constraints.txt ".[worker,flower,tracing]"
 RUN useradd --create-home memory && mkdir -p /data && chown memory /data

@@ -4,6 +4,8 @@ A thin client enqueues memory writes and searches as Celery tasks; workers embed
 and persist to Qdrant; Redis is the broker and shared cache.
 """
 
+from importlib import metadata as _metadata
+
 from memory_core.client import LongTermMemory, MemoryClient, WriteReceipt
 from memory_core.client.aio import AsyncLongTermMemory, AsyncMemoryClient, AsyncWriteReceipt
 from memory_core.core.errors import (
@@ -12,6 +14,7 @@ from memory_core.core.errors import (
     CompactionError,
     ConfigurationError,
     ConflictError,
+    CorruptDataError,
     EmbedderError,
     InvalidRequestError,
     MemoryCoreError,
@@ -19,10 +22,12 @@ from memory_core.core.errors import (
     NotFoundError,
     NoWorkerAvailable,
     QuotaExceeded,
+    RedisCommandError,
     ReplyTimeout,
     SetDefinitionConflict,
     StoreError,
     SummarizerError,
+    SummarizerUnavailable,
     TransientStoreError,
 )
 from memory_core.core.messages import ForgetReceipt, RecalledItem, RecallReply
@@ -43,6 +48,12 @@ from memory_core.tiers.profile import UserProfile
 from memory_core.tiers.session import Session, combined
 from memory_core.tiers.short_term import MemoryObject, ShortTermMemory
 
+try:
+    __version__ = _metadata.version("memory-core")
+    """The installed distribution's version (PEP 440), as ``memory-core --version`` prints it."""
+except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "AsyncLongTermMemory",
     "AsyncMemoryClient",
@@ -57,6 +68,7 @@ __all__ = [
     "CompactionError",
     "ConfigurationError",
     "ConflictError",
+    "CorruptDataError",
     "DatetimeRange",
     "EmbedderError",
     "EvictionPolicy",
@@ -75,6 +87,7 @@ __all__ = [
     "QuotaExceeded",
     "RecallReply",
     "RecalledItem",
+    "RedisCommandError",
     "ReplyTimeout",
     "Session",
     "SetDefinitionConflict",
@@ -82,6 +95,7 @@ __all__ = [
     "ShortTermMemory",
     "StoreError",
     "SummarizerError",
+    "SummarizerUnavailable",
     "TransientStoreError",
     "Usage",
     "UserProfile",

@@ -42,6 +42,12 @@ def settings_tables() -> str:
 
 
 def _default(field: FieldInfo) -> str:
+    if field.default_factory is not None:  # computed when the settings are read: its rule, not this machine's value
+        extra = field.json_schema_extra
+        shown = extra.get("shown_default") if isinstance(extra, dict) else None
+        if not isinstance(shown, str):
+            raise ValueError(f"{field} has a computed default and no shown_default to document it")
+        return f"`{shown}`"
     value = field.default
     if value is None:
         return "unset"

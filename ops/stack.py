@@ -66,7 +66,7 @@ def redis_server(url: str) -> Iterator[bool]:
 def worker(
     env: dict[str, str], *, name: str = "worker", concurrency: int | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Runs ``celery -A workers.app worker`` with ``env`` until the block ends; waits until it is ready.
+    """Runs ``celery -A memory_core.workers.app worker`` with ``env`` until the block ends; waits until it is ready.
 
     ``concurrency`` overrides ``MEMORY_CELERY__CONCURRENCY`` (the settings' value by default).
     """
@@ -75,7 +75,7 @@ def worker(
     command = [
         str(VENV_BIN / "celery"),
         "-A",
-        "workers.app",
+        "memory_core.workers.app",
         "worker",
         "-l",
         "INFO",

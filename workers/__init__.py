@@ -1,1 +1,5 @@
-"""The Celery layer of memory-core: app factory, per-process services and thin tasks. No business rules here."""
+"""The repository's entry to the Celery layer, for ``celery -A workers.app`` run from a checkout.
+
+The Celery layer itself ships inside the distribution as ``memory_core.workers``; the installed wheel holds
+nothing outside ``memory_core``, so a ``workers`` package of an application's own never clashes with it.
+"""

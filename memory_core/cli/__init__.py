@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -30,15 +31,59 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message}\n")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``memory-core`` console script."""
+def build_parser() -> argparse.ArgumentParser:
+    """The ``memory-core`` parser; its help lists every command, down to each action (``sets create``)."""
     from memory_core.cli import commands, stack
 
-    parser = _Parser(prog="memory-core", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog="memory-core",
+        usage="%(prog)s [-h] [--version] COMMAND ...",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"memory-core {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    # Listed by the epilog below instead: argparse's own list names only the first word of each command.
+    sub = parser.add_subparsers(
+        dest="command",
+        required=True,
+        metavar="COMMAND ...",
+        prog="memory-core",
+        parser_class=_Parser,
+        help=argparse.SUPPRESS,
+    )
     stack.register(sub)
     commands.register(sub)
+    parser.epilog = "commands:\n" + "\n".join(_listed(command_helps(parser)))
+    return parser
+
+
+def command_helps(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, str]:
+    """Every command ``parser`` runs, as its words (``sets create``), with its help, in the order registered."""
+    found: dict[str, str] = {}
+    for action in parser._actions:  # argparse keeps subcommands only there
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help or "" for choice in action._choices_actions}
+        for name, child in action.choices.items():
+            words = f"{prefix}{name}"
+            deeper = command_helps(child, words + " ")
+            found.update(deeper or {words: helps.get(name, "")})
+    return found
+
+
+def _listed(helps: dict[str, str], width: int = 100) -> list[str]:
+    column = max(len(words) for words in helps) + 4
+    lines = []
+    for words, text in helps.items():
+        wrapped = textwrap.wrap(text, width - column) or [""]
+        lines.append(f"  {words:<{column - 2}}{wrapped[0]}")
+        lines.extend(" " * column + more for more in wrapped[1:])
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``memory-core`` console script."""
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if rest and not getattr(args, "passthrough", False):
         parser.error(f"unrecognized arguments: {' '.join(rest)}")

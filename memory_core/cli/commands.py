@@ -20,6 +20,7 @@ from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.client.admin import PAGE, Admin
+from memory_core.client.checks import NAMESPACE, checked
 from memory_core.client.deadletters import DeadLetters
 from memory_core.core import routing
 from memory_core.core.errors import ConfigurationError, InvalidRequestError, NotFoundError
@@ -33,7 +34,7 @@ EXPORT_FORMAT = "memory-core-export"
 
 def register(sub: Any) -> None:
     """Adds the data commands to the ``memory-core`` parser."""
-    sets = sub.add_parser("sets", help="list, show or delete memory sets").add_subparsers(
+    sets = sub.add_parser("sets", help="list, create, show or delete memory sets").add_subparsers(
         dest="action", required=True, metavar="ACTION"
     )
     p = sets.add_parser("list", help="the sets of a namespace, with sizes")
@@ -229,6 +230,14 @@ def _items_get(args: argparse.Namespace, rest: list[str]) -> int:
     with _client() as client:
         items = client.long_term(args.namespace, args.key).get(args.set, args.ids or None)
     emit(args, [i.model_dump(mode="json") for i in items], lambda: [f"{i.id}  {i.value}" for i in items])
+    found = {i.id for i in items}
+    missing = [i for i in dict.fromkeys(args.ids) if i not in found]
+    if missing:  # on stderr, so stdout stays the items found
+        print(
+            f"memory-core items: no item {', '.join(map(repr, missing))} in set {args.set!r} of "
+            f"{args.namespace}/{args.key}",
+            file=sys.stderr,
+        )
     return EXIT_OK if items or not args.ids else EXIT_FAILED
 
 
@@ -340,11 +349,20 @@ def _letters(client: MemoryClient) -> DeadLetters:
     return DeadLetters(client.dispatcher_redis, client.keys, client.dispatcher)
 
 
+def _letters_namespace(namespace: str) -> str:
+    """``namespace`` checked as the client checks it; ``!ops`` (letters that name none) is one too here."""
+    return namespace if namespace == routing.OPS_NAMESPACE else checked(NAMESPACE, namespace, "namespace")
+
+
 def _letters_list(args: argparse.Namespace, rest: list[str]) -> int:
+    chosen = _letters_namespace(args.namespace) if args.namespace is not None else None
     with _client() as client:
         letters = _letters(client)
-        namespaces = [args.namespace] if args.namespace else letters.namespaces()
+        namespaces = [chosen] if chosen else letters.namespaces()
         found = [letter for ns in namespaces for letter in letters.entries(ns)]
+    if not found and not args.json:  # said on stderr: an empty listing is an answer, not a failure
+        where = f"namespace {chosen!r} has" if chosen else "there are"
+        print(f"memory-core dead-letters: {where} no dead letters", file=sys.stderr)
     emit(
         args,
         [letter.model_dump(mode="json", by_alias=True) for letter in found],
@@ -357,6 +375,7 @@ def _letters_list(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _letters_replay(args: argparse.Namespace, rest: list[str]) -> int:
+    _letters_namespace(args.namespace)
     with _client() as client:
         sent = _letters(client).replay(args.namespace)
     print(f"replayed {len(sent)} dead letters of {args.namespace}")
@@ -364,6 +383,7 @@ def _letters_replay(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _letters_drop(args: argparse.Namespace, rest: list[str]) -> int:
+    _letters_namespace(args.namespace)
     _confirm(args, f"drop the dead letters of {args.namespace!r}")
     with _client() as client:
         dropped = _letters(client).drop(args.namespace)
@@ -635,7 +655,7 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
             f"memory-core serve needs FastAPI and uvicorn (missing {exc.name!r}): pip install 'memory-core[http]'"
         ) from exc
     settings = load_settings()
-    app = http.create_app(settings, dev=args.dev)  # refuses to serve without tokens unless --dev
+    app = http.create_app(settings, dev=args.dev, host=args.host, port=args.port)  # no tokens: refused unless --dev
     http.check(settings, dev=args.dev, host=args.host)
     if args.dev and settings.auth.tokens is None:
         print("memory-core serve: dev mode: no authentication, every namespace, loopback only", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Each process runs in its own session with its log and pid file in ``MEMORY_STACK__RUN_DIR``,
 so ``down`` and ``status`` find them from any shell. Processes are started as commands
-(``celery -A workers.app ...``): this package never imports Celery.
+(``celery -A memory_core.workers.app ...``): this package never imports Celery.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 import redis
 
 from memory_core.core.errors import ConfigurationError
-from memory_core.core.files import disk_usage
 from memory_core.core.settings import Settings
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -69,7 +68,7 @@ def redis_command(url: str, data_dir: Path | None) -> list[str]:
 
 
 def celery_command(kind: str, *extra: str) -> list[str]:
-    """``celery -A workers.app <kind>`` from this interpreter's environment.
+    """``celery -A memory_core.workers.app <kind>`` from this interpreter's environment.
 
     Raises ``ConfigurationError`` naming the extra to install when this environment has only the client.
     """
@@ -80,7 +79,7 @@ def celery_command(kind: str, *extra: str) -> list[str]:
             f"pip install 'memory-core[{extra_name}]'"
         )
     celery = Path(sys.executable).parent / "celery"
-    return [str(celery) if celery.exists() else "celery", "-A", "workers.app", kind, *extra]
+    return [str(celery) if celery.exists() else "celery", "-A", "memory_core.workers.app", kind, *extra]
 
 
 @dataclass(frozen=True)
@@ -180,8 +179,3 @@ class LocalStack:
             os.kill(process.pid, signal.SIGKILL)
         pid_file.unlink(missing_ok=True)
         return True
-
-
-def directory_size(path: Path) -> int:
-    """Bytes on disk under ``path`` (0 when absent)."""
-    return disk_usage(path) if path.exists() else 0

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import sys
 import time
 from typing import Any
 
 import redis
 
-from memory_core.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, emit
-from memory_core.cli.local import LocalStack, answers, celery_command, directory_size, redis_command
+from memory_core.cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, emit
+from memory_core.cli.local import LocalStack, answers, celery_command, redis_command
 from memory_core.core import routing
 from memory_core.core.dispatch import open_redis
 from memory_core.core.errors import ConfigurationError
@@ -25,7 +26,7 @@ def register(sub: Any) -> None:
     up = sub.add_parser("up", help="start a local stack: Redis if none answers, a worker, beat, Flower")
     up.add_argument("--no-beat", action="store_true", help="no beat (no scheduled maintenance)")
     up.add_argument("--no-flower", action="store_true", help="no Flower")
-    up.add_argument("--dev-flower", action="store_true", help="Flower without auth, loopback only")
+    up.add_argument("--dev-flower", action="store_true", help="Flower on loopback only, with a one-time password")
     up.set_defaults(run=_up)
     down = sub.add_parser("down", help="stop what `up` started (warm shutdown: tasks in hand finish)")
     down.set_defaults(run=_down)
@@ -39,7 +40,7 @@ def register(sub: Any) -> None:
         parser = sub.add_parser(name, help=text)
         parser.set_defaults(run=_foreground, passthrough=True, kind=name)
     flower = sub.add_parser("flower", help="run Flower: basic auth from MEMORY_FLOWER__BASIC_AUTH, or --dev")
-    flower.add_argument("--dev", action="store_true", help="no authentication, and only on 127.0.0.1")
+    flower.add_argument("--dev", action="store_true", help="only on 127.0.0.1, with a password made for the run")
     flower.set_defaults(run=_flower, passthrough=True)
     mcp = sub.add_parser("mcp", help="serve the memory tools over MCP: stdio, or streamable HTTP with --http")
     mcp.add_argument(
@@ -62,17 +63,33 @@ def beat_args(settings: Settings) -> list[str]:
     return ["-l", "INFO", "--schedule", str(settings.stack.run_dir.resolve() / "celerybeat-schedule")]
 
 
+FLOWER_DEV_USER = "dev"
+"""The user of ``memory-core flower --dev``; its password is made for each run."""
+
+
 def flower_launch(settings: Settings, *, dev: bool, extra: list[str]) -> tuple[list[str], dict[str, str]]:
-    """Flower's command and environment: credentials go through the environment, never the command line."""
+    """Flower's command and environment: credentials go through the environment, never the command line.
+
+    ``dev`` listens on 127.0.0.1 only and still asks for a password: one made for this run, printed to the
+    terminal (stderr) and nowhere else. Flower has no allow-list of ``Host`` names, so an open dashboard on
+    loopback could be read and driven (revoke tasks, shut workers down) by a web page that rebinds its DNS
+    name to 127.0.0.1; the browser keeps credentials per origin and gives that page none.
+    """
     env = {k: v for k, v in os.environ.items() if k != "FLOWER_BASIC_AUTH"}
     address = settings.flower.address
     if dev:
         address = "127.0.0.1"
-        print("memory-core flower: dev mode: no authentication, listening on 127.0.0.1 only", file=sys.stderr)
+        password = secrets.token_urlsafe(16)
+        env["FLOWER_BASIC_AUTH"] = f"{FLOWER_DEV_USER}:{password}"
+        print(
+            f"memory-core flower: dev mode: http://127.0.0.1:{settings.flower.port} only; "
+            f"user {FLOWER_DEV_USER}, password {password} (made for this run)",
+            file=sys.stderr,
+        )
     elif settings.flower.basic_auth is None:
         raise _Refused(
             "refusing to start Flower without authentication: set MEMORY_FLOWER__BASIC_AUTH=user:password, "
-            "or pass --dev for a loopback-only dashboard without it"
+            "or pass --dev for a loopback-only dashboard with a password made for the run"
         )
     else:
         env["FLOWER_BASIC_AUTH"] = settings.flower.basic_auth.get_secret_value()
@@ -164,23 +181,42 @@ def _down(args: argparse.Namespace, rest: list[str]) -> int:
 def _status(args: argparse.Namespace, rest: list[str]) -> int:
     settings = load_settings()
     local = LocalStack(settings)
+    url = redact_url(settings.redis.url)
     report: dict[str, Any] = {
         "processes": {p.name: {"pid": p.pid, "running": p.running, "log": str(p.log)} for p in local.processes()},
-        "redis": {"url": redact_url(settings.redis.url), "answers": answers(settings.redis.url)},
-        "store": _store(settings),
+        "redis": {"url": url, "answers": answers(settings.redis.url)},
     }
     if report["redis"]["answers"]:
         report.update(_queues(settings))
     emit(args, report, lambda: _status_rows(report))
-    return EXIT_OK if report["redis"]["answers"] else EXIT_FAILED
+    if not report["redis"]["answers"]:
+        print(
+            f"memory-core status: Redis does not answer at {url}: start it (`memory-core up` starts one on this "
+            "machine), or point MEMORY_REDIS__URL at the deployment's",
+            file=sys.stderr,
+        )
+        return EXIT_UNREACHABLE
+    return EXIT_OK
 
 
-def _store(settings: Settings) -> dict[str, Any]:
-    qdrant = settings.qdrant
-    if qdrant.backend == "server":
-        return {"backend": "server", "location": qdrant.url}
-    path = qdrant.path.resolve()
-    return {"backend": qdrant.backend, "location": str(path), "bytes": directory_size(path)}
+def _stores(workers: list[WorkerInfo]) -> list[dict[str, Any]]:
+    """The stores the live workers serve, as they say in their heartbeats (never this shell's settings, which
+    may name another directory than the workers')."""
+    stores: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for w in workers:
+        backend = w.store or ("edge" if w.embedded_store else "")
+        location = w.store_location or w.embedded_store
+        if not backend:  # a worker of an earlier version on a Qdrant server says nothing of its store
+            continue
+        host = w.host if backend != "server" else ""  # a path is a store per machine; a URL is one store
+        entry = stores.setdefault(
+            (backend, location, host),
+            {"backend": backend, "location": location, "host": host or None, "bytes": None, "workers": []},
+        )
+        entry["workers"].append(w.name)
+        if w.store_bytes is not None:
+            entry["bytes"] = w.store_bytes
+    return list(stores.values())
 
 
 def _queues(settings: Settings) -> dict[str, Any]:
@@ -196,8 +232,9 @@ def _queues(settings: Settings) -> dict[str, Any]:
         unacked = int(broker.hlen(prefix + "unacked")) if broker_is_redis else None
         namespaces = sorted(decoded(n) for n in client.smembers(keys.dead_letter_namespaces()))
         letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
+        # Letters that name no namespace are listed, and dropped, as those of !ops (`dead-letters list`).
+        letters[routing.OPS_NAMESPACE] = int(client.llen(keys.unroutable_dead_letters()))
         letters = {n: c for n, c in letters.items() if c}
-        unroutable = int(client.llen(keys.unroutable_dead_letters()))
         workers = live_workers(client, keys)
     except redis.RedisError as exc:
         return {"error": str(exc)}
@@ -214,16 +251,20 @@ def _queues(settings: Settings) -> dict[str, Any]:
                 "pid": w.pid,
                 "queues": list(w.queues),
                 "embedded_store": w.embedded_store or None,
+                "store": w.store or None,
+                "store_location": w.store_location or None,
+                "store_bytes": w.store_bytes,
                 "up_seconds": round(now - w.started_at),
             }
             for w in workers
         ],
+        "stores": _stores(workers),
         "queues": depths,
         "unacked": unacked,
         "dead_letters": {
-            "total": sum(letters.values()) + unroutable,
+            "total": sum(letters.values()),
             "by_namespace": letters,
-            "unroutable": unroutable,
+            "unroutable": letters.get(routing.OPS_NAMESPACE, 0),
         },
     }
 
@@ -248,9 +289,13 @@ def _status_rows(report: dict[str, Any]) -> list[str]:
         letters = report["dead_letters"]
         detail = ", ".join(f"{n}: {c}" for n, c in letters["by_namespace"].items()) or "none"
         rows.append(f"dead     {letters['total']} dead letters ({detail})")
-    store = report["store"]
-    size = f", {store['bytes'] / 1e6:.1f} MB" if "bytes" in store else ""
-    rows.append(f"store    {store['backend']} at {store['location']}{size}")
+    if "stores" in report:
+        for store in report["stores"]:
+            size = f", {store['bytes'] / 1e6:.1f} MB" if store["bytes"] is not None else ""
+            where = f" on {store['host']}" if store["host"] else ""
+            rows.append(f"store    {store['backend']} at {store['location']}{where}{size}")
+        if not report["stores"]:
+            rows.append("store    unknown: no live worker reports the store it serves")
     return rows
 
 
@@ -270,7 +315,7 @@ def _mcp(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         if args.http:
             print(f"memory-core mcp: serving {url}/mcp", file=sys.stderr, flush=True)
-            server.run("streamable-http", host=host, port=port)
+            server.run("streamable-http", host=host, port=port, transport_security=mcp.transport_security(host, port))
         else:
             server.run()
     finally:

@@ -19,7 +19,7 @@ import redis
 
 from memory_core.client import MemoryClient
 from memory_core.core import routing
-from memory_core.core.errors import ConfigurationError, InvalidRequestError, StoreError
+from memory_core.core.errors import ConfigurationError, InvalidRequestError
 from memory_core.core.files import copy_tree_sparse
 from memory_core.core.keys import decoded
 from memory_core.core.messages import (
@@ -33,8 +33,10 @@ from memory_core.core.messages import (
     SetInfo,
     SetsReply,
 )
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.store_owner import StoreOwner
+from memory_core.core.validation import check_seconds, parse
 
 PAGE = 200
 """Items per export or import task: big enough to amortize a message, small enough for the broker."""
@@ -46,21 +48,25 @@ class Admin:
     def __init__(self, client: MemoryClient) -> None:
         self.client = client
         self.settings: Settings = client.settings
+        self._where = redact_url(client.settings.redis.url)
 
     def namespaces(self) -> list[str]:
         """Namespaces with set definitions cached in Redis or usage counters (a hint for ``--all``)."""
         found: set[str] = set()
         prefix = self.settings.redis.key_prefix
-        for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:usage", f"{prefix}:*:version:*"):
-            for key in self.client.dispatcher_redis.scan_iter(pattern, count=1000):
-                namespace = decoded(key).split(":")[1]
-                if not namespace.startswith("!"):
-                    found.add(namespace)
+        try:
+            for pattern in (f"{prefix}:*:setdef:*", f"{prefix}:*:usage", f"{prefix}:*:version:*"):
+                for key in self.client.dispatcher_redis.scan_iter(pattern, count=1000):
+                    namespace = decoded(key).split(":")[1]
+                    if not namespace.startswith("!"):
+                        found.add(namespace)
+        except redis.RedisError as exc:
+            raise redis_failure(exc, "list the namespaces", self._where) from exc
         return sorted(found)
 
     def list_sets(self, namespace: str, key: str | None = None) -> list[SetInfo]:
         """The namespace's sets (or one key's), with sizes."""
-        request = ListSetsRequest(namespace=namespace, key=key)
+        request = parse(ListSetsRequest, {"namespace": namespace, "key": key}, "set listing")
         reply = self.client.dispatcher.call(routing.LIST_SETS, request, _summary(namespace, key=key))
         return SetsReply.model_validate(reply).sets
 
@@ -82,8 +88,12 @@ class Admin:
         return int(self.client.dispatcher.call(routing.IMPORT, request, summary)["count"])
 
     def backup(self, label: str, timeout: float = 600.0) -> BackupReply:
-        """Asks a worker for a consistent snapshot of the store, named ``label``."""
-        request = BackupRequest(label=label)
+        """Asks a worker for a consistent snapshot of the store, named ``label``, and waits for it.
+
+        ``timeout``: seconds, above 0 and at most 604800 (a week).
+        """
+        check_seconds(timeout, "timeout")
+        request = parse(BackupRequest, {"label": label}, "backup label")
         dispatcher = self.client.dispatcher
         dispatcher.require_worker(routing.BACKUP)
         task_id = dispatcher.send_raw(
@@ -131,7 +141,7 @@ class Admin:
                     pipe.delete(key)
                 pipe.execute()
         except redis.RedisError as exc:
-            raise StoreError(f"restored, but Redis at {redact_url(self.settings.redis.url)} refused: {exc}") from exc
+            raise redis_failure(exc, "invalidate the read caches", self._where) from exc
         return len(versions)
 
 

@@ -34,6 +34,7 @@ from memory_core.core.messages import AddRequest, CompactionReport, ForgetReceip
 from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem, SearchMode, Usage
 from memory_core.core.settings import Settings, load_settings
 from memory_core.core.steps import Call, Operation, Send, Step, SubmitAdd, Wait, on_redis_async, run_async
+from memory_core.core.validation import check_seconds
 from memory_core.tiers.checkpoints import AsyncCheckpointStore
 from memory_core.tiers.profile import AsyncUserProfile
 from memory_core.tiers.session.session import Promotion
@@ -236,7 +237,9 @@ class AsyncWriteReceipt:
     _shared: bool = False
 
     async def wait(self, timeout: float | None = None) -> list[str]:
-        """Waits until the worker has stored the items; returns the id each is stored under."""
+        """Waits until the worker has stored the items; returns the id each is stored under. See ``WriteReceipt.wait``."""
+        if timeout is not None:
+            check_seconds(timeout, "timeout")
         if not self.task_id:
             return self.ids
         dispatcher = self._client.dispatcher

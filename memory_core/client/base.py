@@ -21,14 +21,16 @@ from memory_core.core import routing, tracing
 from memory_core.core.auth import TokenMap, refusal
 from memory_core.core.cache.definitions import DefinitionCache
 from memory_core.core.cache.local import LocalCache
-from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
-from memory_core.core.keys import Keys, decoded
+from memory_core.core.coordination import stored_counters
+from memory_core.core.errors import InvalidRequestError
+from memory_core.core.keys import Keys
 from memory_core.core.messages import AddRequest, ForgetReceipt, ForgetRequest, RecallReply, RecallRequest
 from memory_core.core.models import ClientStats, Usage
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.steps import Call, Command, LongTermSteps, Operation
 from memory_core.core.tokens import TokenCounter, default_counter
-from memory_core.core.validation import check_ttl, short_repr
+from memory_core.core.validation import MAX_TOKENS, check_count, check_ttl
 from memory_core.tiers.checkpoints import CheckpointOperations
 from memory_core.tiers.profile import ProfileOperations
 from memory_core.tiers.session.history import HistoryOperations, SessionKeys
@@ -117,9 +119,8 @@ class ClientBase:
         config = self.settings.session
         name = checked(SET_NAME, config.promotion_set if set_name is None else set_name, "set_name")
         seconds = check_ttl(config.ttl if ttl is None else ttl, "ttl", 0)
-        count = config.max_messages if max_messages is None else max_messages
-        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
-            raise InvalidRequestError(f"max_messages must be an int >= 2, got {short_repr(count)}")
+        # The setting was checked when it was loaded; only a value given here is bounded by the call's range.
+        count = config.max_messages if max_messages is None else check_count(max_messages, "max_messages", 2)
         return {
             "namespace": namespace,
             "key": key,
@@ -200,10 +201,8 @@ class ClientBase:
         """See ``MemoryClient.recall``."""
         namespace, key = self._scope(namespace, key)
         check_query(query, limit, self.settings.limits)
-        if token_budget is not None and (
-            isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1
-        ):
-            raise InvalidRequestError(f"token_budget must be a positive int or None, got {token_budget!r}")
+        if token_budget is not None:
+            check_count(token_budget, "token_budget", 1, MAX_TOKENS)
         names = None if sets is None else [checked(SET_NAME, n, "memory set name") for n in sets]
         config = self.settings.recall
         _, _, state_key, _ = self._state_scope(namespace, key, "stm", 0)
@@ -235,8 +234,8 @@ class ClientBase:
         try:
             raw = yield Command(lambda r: r.hgetall(self.keys.usage(namespace)))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read usage from Redis at {self._where}: {exc}") from exc
-        return Usage.from_counters(namespace, {decoded(k): int(v) for k, v in raw.items()})
+            raise redis_failure(exc, f"read the usage of namespace {namespace!r}", self._where) from exc
+        return Usage.from_counters(namespace, stored_counters(raw, f"the usage counters of {namespace!r}"))
 
     def forgetting(self, namespace: str, key: str | None) -> Operation[ForgetReceipt]:
         """See ``MemoryClient.forget``."""

@@ -76,8 +76,8 @@ class MemoryClient(ClientBase):
     def short_term(self, namespace: str, key: str, *, ttl: int | None = None) -> ShortTermMemory:
         """The short-term state of one run (``key``): a path-addressed ``MemoryObject``, written back on persist.
 
-        ``ttl`` (seconds, default ``MEMORY_SHORT_TERM__TTL``; 0 for none) expires the whole object after its
-        last ``persist()``. Use it as a context manager: a clean exit persists, an exception discards.
+        ``ttl`` (an int of seconds from 0 to 3153600000, 100 years; default ``MEMORY_SHORT_TERM__TTL``; 0 for
+        none) expires the whole object after its last ``persist()``. Use it as a context manager: a clean exit persists, an exception discards.
         """
         return self._state(namespace, key, "stm", ttl, None)
 
@@ -113,8 +113,9 @@ class MemoryClient(ClientBase):
         """One conversation: a Redis chat history and its strategies (buffer, window, token_buffer, summary,
         entity, vector), promoted into the long-term chat set ``set_name`` of ``(namespace, key)``.
 
-        ``key`` (the user or agent the conversation belongs to) defaults to ``session_id``. ``ttl`` and
-        ``max_messages`` default to ``MEMORY_SESSION__*``; every write renews the TTL.
+        ``key`` (the user or agent the conversation belongs to) defaults to ``session_id``. ``ttl`` (an int of
+        seconds from 0 to 3153600000; 0 for none) and ``max_messages`` (an int from 2 to 1000000) default to
+        ``MEMORY_SESSION__*``; every write renews the TTL.
         """
         scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, max_messages)
         long_term = self.long_term(scope["namespace"], scope["key"])._ops
@@ -144,7 +145,9 @@ class MemoryClient(ClientBase):
         Gathers the key's short-term state, the session ``session_id`` (its summary and newest messages)
         and the hits of its long-term sets (all of them, or ``sets``); a worker scores them by relevance,
         recency and importance (``MEMORY_RECALL__*`` weights), keeps one of each near-duplicate (noting the
-        other tiers in ``also_in``), and cuts to ``limit`` items and ``token_budget`` tokens of context.
+        other tiers in ``also_in``), and cuts to ``limit`` items (an int from 1 to
+        ``MEMORY_LIMITS__MAX_SEARCH_LIMIT``, 100) and ``token_budget`` tokens of context (an int from 1 to
+        10000000, or None for no budget).
         Returns the items, best first, and ``context``: a block to put in a prompt as it is.
         """
         operation = self.recalling(

@@ -50,6 +50,8 @@ from memory_core.core.steps import Call, Operation, SubmitAdd, Wait
 from memory_core.core.validation import (
     check_filters,
     check_metadata,
+    check_seconds,
+    check_ttl,
     check_value,
     parse,
     short_repr,
@@ -92,8 +94,11 @@ class WriteReceipt:
     def wait(self, timeout: float | None = None) -> list[str]:
         """Blocks until the worker has stored the items; raises the worker's typed error if it failed.
 
-        Returns the id each item is stored under. Receipts that share a task share its reply.
+        Returns the id each item is stored under. Receipts that share a task share its reply. ``timeout``:
+        seconds, above 0 and at most 604800 (a week); default ``MEMORY_CLIENT__TIMEOUT``.
         """
+        if timeout is not None:
+            check_seconds(timeout, "timeout")
         if not self.task_id:  # an empty add sent nothing, so there is nothing to wait for
             return self.ids
         stored = self._dispatcher.wait(self.namespace, self.task_id, timeout, shared=self._shared, task=routing.ADD)
@@ -115,6 +120,10 @@ class LongTermOperations:
     def get_or_create_memory_set(
         self, name: str, item_type: Any, capacity: Any, context_window: Any, **options: Any
     ) -> Operation[MemorySet]:
+        ttl_seconds = options.get("ttl_seconds")
+        if ttl_seconds is not None:
+            # The model bounds it below only; past MAX_TTL_SECONDS the worker's date arithmetic overflows.
+            check_ttl(ttl_seconds, "ttl_seconds", 1)
         fields = {
             "name": checked(SET_NAME, name, "memory set name"),
             "item_type": item_type,
@@ -220,6 +229,8 @@ class LongTermOperations:
         return ids, sent
 
     def compact(self, memory_set: SetRef, timeout: float | None) -> Operation[CompactionReport]:
+        if timeout is not None:
+            check_seconds(timeout, "timeout")
         base = self._set_request(memory_set)
         request = CompactRequest(namespace=base.namespace, key=base.key, set_name=base.set_name, force=True)
         limit = max(self._client.settings.client.timeout, 600.0) if timeout is None else timeout
@@ -382,10 +393,12 @@ class LongTermMemory:
     ) -> MemorySet:
         """Returns the set ``name``, creating it with this definition if it does not exist.
 
-        ``ttl_seconds``: default time to live of its items. ``eviction``: keep at most ``max_items`` (lru or
-        importance). ``dedup``: ``exact`` (default for text sets), ``semantic`` (``dedup_threshold`` cosine),
-        or ``none`` (default for chat sets). ``context_window``: how many earlier items are indexed with each
-        item for lexical search (2; 0 for sets of unrelated facts).
+        ``capacity``: the items it holds before compaction folds them (an int from 1 to 1000000).
+        ``ttl_seconds``: default time to live of its items (an int from 1 to 3153600000, 100 years).
+        ``eviction``: keep at most ``max_items`` (lru or importance). ``dedup``: ``exact`` (default for text
+        sets), ``semantic`` (``dedup_threshold`` cosine, a number above 0 and at most 1), or ``none`` (default
+        for chat sets). ``context_window``: how many earlier items are indexed with each item for lexical
+        search (an int from 0 to 16; 2 by default, 0 for sets of unrelated facts).
         """
         options: dict[str, Any] = {"compaction_config": compaction_config, "ttl_seconds": ttl_seconds}
         options |= {"eviction": eviction, "dedup": dedup, "dedup_threshold": dedup_threshold}
@@ -446,7 +459,11 @@ class LongTermMemory:
         return WriteReceipt(sent_ids, sent.task_id, self.namespace, dispatcher, sent.offset, sent.shared)
 
     def compact(self, memory_set: SetRef, *, timeout: float | None = None) -> CompactionReport:
-        """Compacts the set now, even below capacity, and waits for the report."""
+        """Compacts the set now, even below capacity, and waits for the report.
+
+        ``timeout``: seconds, above 0 and at most 604800 (a week); default the larger of 600 and
+        ``MEMORY_CLIENT__TIMEOUT``.
+        """
         return self._client.run(self._ops.compact(memory_set, timeout))
 
     def get(self, memory_set: SetRef, ids: Sequence[str] | None = None) -> list[MemorySetItem]:
@@ -467,6 +484,8 @@ class LongTermMemory:
         mode: SearchMode = "hybrid",
     ) -> list[MemorySetItem]:
         """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
+
+        ``limit``: an int from 1 to ``MEMORY_LIMITS__MAX_SEARCH_LIMIT`` (100).
 
         ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
         ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:

@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
 from memory_core.core.cache.tiered import TieredCache
 from memory_core.core.coordination import Coordinator
-from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.errors import BrokerUnavailable, CorruptDataError
+from memory_core.core.jsoncodec import stored_json
 from memory_core.core.keys import Keys
 from memory_core.core.models import MemorySetItem, Scope, utcnow
+from memory_core.core.redis_errors import redis_failure, unavailable
+
+logger = logging.getLogger(__name__)
 
 
 def search_digest(query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid") -> str:
@@ -38,8 +44,16 @@ def _dump(items: Sequence[MemorySetItem]) -> bytes:
     return json.dumps([i.model_dump(mode="json") for i in items]).encode("utf-8")
 
 
-def _load(raw: bytes) -> list[MemorySetItem]:
-    return [MemorySetItem.model_validate(i) for i in json.loads(raw)]
+def _load(raw: bytes, key: str) -> list[MemorySetItem] | None:
+    # A cache entry that does not decode is a miss: the store still has the truth, and the read goes there.
+    try:
+        entries = stored_json(raw, f"cache entry {key!r}")
+        if not isinstance(entries, list):
+            raise CorruptDataError(f"cache entry {key!r} read back from Redis is no list of items")
+        return [MemorySetItem.model_validate(i) for i in entries]
+    except (CorruptDataError, ValidationError) as exc:
+        logger.warning("ignored a malformed cache entry %s: %s", key, exc)
+        return None
 
 
 class ReadCache:
@@ -56,8 +70,10 @@ class ReadCache:
     def version(self, scope: Scope) -> tuple[int, bool]:
         """The set's current version and whether Redis answered (else the last version this process saw)."""
         try:
-            current = self._coordinator.version(scope)
+            current = self._coordinator.version(scope)  # CorruptDataError when it is no number
         except redis.RedisError as exc:
+            if not unavailable(exc):
+                raise redis_failure(exc, "read a set's version", self._url) from exc
             with self._lock:
                 known = self._versions.get(scope)
             if known is None:
@@ -73,10 +89,11 @@ class ReadCache:
     def search(self, scope: Scope, digest: str) -> tuple[list[MemorySetItem] | None, int, bool]:
         """A cached result (None on a miss, or if an item in it has expired), the version, and Redis' state."""
         version, online = self.version(scope)
-        raw = self._get(self._keys.cached_search(*scope, version, digest), online)
-        if raw is None:
+        cache_key = self._keys.cached_search(*scope, version, digest)
+        raw = self._get(cache_key, online)
+        items = None if raw is None else _load(raw, cache_key)
+        if items is None:
             return None, version, online
-        items = _load(raw)
         now = utcnow()
         if any(i.is_expired(now) for i in items):
             return None, version, online
@@ -94,9 +111,9 @@ class ReadCache:
         keys = {self._keys.cached_item(*scope, version, item_id): item_id for item_id in dict.fromkeys(ids)}
         found: dict[str, MemorySetItem] = {}
         for cache_key, raw in self.tiered.get_many(list(keys), local_only=not online).items():
-            (item,) = _load(raw)
-            if not item.is_expired(now):
-                found[keys[cache_key]] = item
+            loaded = _load(raw, cache_key)
+            if loaded and len(loaded) == 1 and not loaded[0].is_expired(now):
+                found[keys[cache_key]] = loaded[0]
         self._touch(scope, list(found.values()), online)
         return found, version, online
 

@@ -2,20 +2,60 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import re
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
-from memory_core.core.errors import TransientStoreError
-from memory_core.core.keys import Keys
+from memory_core.core.errors import CorruptDataError, TransientStoreError
+from memory_core.core.keys import Keys, decoded
 from memory_core.core.locks import RedisLock
 from memory_core.core.models import Scope
 
+logger = logging.getLogger(__name__)
+
 _FIELD_SEPARATOR = "\x1f"
+
+# What INCR and HINCRBY leave: the decimal digits of a signed 64-bit integer, nothing else. ``int()`` alone
+# would also take spaces, underscores and other scripts' digits, and spend quadratic time on a huge number.
+_STORED_INT = re.compile(rb"-?[0-9]{1,19}")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def stored_int(raw: Any, what: str) -> int:
+    """An integer Redis keeps as text (a version, a counter); 0 when the key or field is absent.
+
+    Raises:
+        CorruptDataError: ``raw`` is not the decimal text of a signed 64-bit integer; the message names ``what``.
+    """
+    if raw is None:
+        return 0
+    if isinstance(raw, int):
+        raw = str(raw)
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else bytes(raw)
+    if _STORED_INT.fullmatch(data) is None or not _INT64_MIN <= int(data) <= _INT64_MAX:
+        raise CorruptDataError(f"{what} read back from Redis is {data[:40]!r}, not a 64-bit integer")
+    return int(data)
+
+
+def stored_counters(raw: Mapping[Any, Any], what: str) -> dict[str, int]:
+    """A hash of counters (an HGETALL reply) as names and ints; ``CorruptDataError`` naming ``what`` otherwise."""
+    counters = {}
+    for name, value in raw.items():
+        try:
+            field = decoded(name)
+        except UnicodeDecodeError as exc:
+            raise CorruptDataError(f"{what} read back from Redis hold a field name that is no UTF-8") from exc
+        counters[field] = stored_int(value, f"{what}, field {field!r}")
+    return counters
+
 
 SIZE_HINT_TTL = 600
 """Seconds a set's size hint is trusted after its exact count; then the next add counts again. Growth
@@ -65,8 +105,7 @@ class Coordinator:
 
     def version(self, scope: Scope) -> int:
         """The set's version: bumped by every mutation, part of every cache key of the set."""
-        value = self.redis.get(self.keys.set_version(*scope))
-        return int(value) if value else 0
+        return stored_int(self.redis.get(self.keys.set_version(*scope)), f"the version of set {scope!r}")
 
     def bump(self, scope: Scope) -> None:
         """Marks the set changed: every cached item and search result of an older version becomes unreachable.
@@ -87,12 +126,19 @@ class Coordinator:
             pipe.hincrby(key, "added", added)
             pipe.hmget(key, ["counted", "through", "epoch"])
             _, _, total, (counted, through, epoch) = pipe.execute()
-        return SizeHint(
-            counted=None if counted is None else int(counted),
-            through=int(through or 0),
-            added=int(total),
-            epoch=epoch.decode(),
-        )
+        try:
+            return SizeHint(
+                counted=None if counted is None else stored_int(counted, f"the size hint of {scope!r}"),
+                through=stored_int(through, f"the size hint of {scope!r}"),
+                added=int(total),  # HINCRBY's own reply: Redis checked the field is an integer
+                epoch=decoded(epoch),
+            )
+        except (CorruptDataError, UnicodeDecodeError) as exc:
+            # The items are written already: a hint that does not read is dropped (the next add starts a new
+            # one) and this add counts the set exactly, rather than fail a write that succeeded.
+            logger.warning("dropped the malformed size hint of %s: %s", scope, exc)
+            self.redis.delete(key)
+            return SizeHint(counted=None, through=0, added=0, epoch="")
 
     def counted(self, scope: Scope, hint: SizeHint, size: int) -> None:
         """Records ``size``, counted after ``hint`` was taken, as the base of the set's hint."""
@@ -118,9 +164,17 @@ class Coordinator:
             raw, _ = pipe.execute()
         taken: dict[Scope, dict[str, float]] = {}
         for field, stamp in raw.items():
-            text = field.decode() if isinstance(field, bytes) else field
-            key_name, set_name, item_id = text.split(_FIELD_SEPARATOR, 2)
-            taken.setdefault(Scope(namespace, key_name, set_name), {})[item_id] = float(stamp)
+            try:
+                key_name, set_name, item_id = decoded(field).split(_FIELD_SEPARATOR, 2)
+                at = float(stamp)
+                if not math.isfinite(at):
+                    raise ValueError(f"access time {at!r}")
+            except ValueError as exc:  # UnicodeDecodeError included
+                # One access time that does not read is lost, not the namespace's whole batch: they only
+                # refine LRU order.
+                logger.warning("skipped a malformed access record of namespace %s: %s", namespace, exc)
+                continue
+            taken.setdefault(Scope(namespace, key_name, set_name), {})[item_id] = at
         return taken
 
     @contextmanager

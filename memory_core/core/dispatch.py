@@ -8,7 +8,6 @@ pops it. Flower and ``celery inspect`` see ordinary Celery tasks.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -22,16 +21,20 @@ from amqp.exceptions import AMQPError, MessageNacked
 from kombu import Connection, Queue
 from kombu.exceptions import KombuError, OperationalError
 from kombu.pools import ProducerPool
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from memory_core.core import tracing
 from memory_core.core.auth import AUTH_HEADER
 from memory_core.core.errors import BrokerUnavailable, MemoryCoreError, NoWorkerAvailable, ReplyTimeout, error_types
+from memory_core.core.jsoncodec import stored_model
 from memory_core.core.keys import Keys
 from memory_core.core.liveness import MISSED_BEATS, alive
 from memory_core.core.messages import NamespaceRequest, Reply
+from memory_core.core.redis_errors import redis_failure, unavailable
 from memory_core.core.routing import ROUTES, broker_options, task_queues
 from memory_core.core.settings import Settings, redact_url
-from memory_core.core.steps import Command, Operation, Pipeline, Sleep, on_redis, run
+from memory_core.core.steps import Command, Operation, Sleep, on_redis, run
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +44,36 @@ SENT_AT_HEADER = "memory_sent_at"
 _ORIGIN = f"memory-core-client@{socket.gethostname()}:{os.getpid()}"
 
 
+RECONNECTED_ERRORS: tuple[type[redis.RedisError], ...] = (redis.ConnectionError,)
+"""The errors a command is sent again for, once, on a new connection (see ``open_redis``)."""
+
+
 def open_redis(settings: Settings, *, url: str | None = None) -> redis.Redis:
-    """A Redis client for caches and replies (or ``url``), with timeouts so an outage fails fast instead of hanging."""
+    """A Redis client for caches and replies (or ``url``), with timeouts so an outage fails fast instead of hanging.
+
+    A pooled connection that a Redis restart closed fails the first command sent on it; that command is sent
+    once more on a new connection (``RECONNECTED_ERRORS`` only, at once), so a restart costs no call, and a
+    real outage still fails at once (the new connection is refused). A timeout is not retried: the server is
+    slow or gone, and a second try would only double the wait.
+
+    A command is repeated only if its connection broke: one sent on a connection the restart closed never
+    ran. One that ran before the connection dropped (a rare, narrow window) runs twice, which our writes
+    allow: a task message is a task id its task is idempotent on, a reply or a dead letter read twice is the
+    same, a set's version and size bound may only grow, and usage statistics may count one more.
+    """
     return redis.Redis.from_url(
         url or settings.redis.url,
         socket_timeout=settings.redis.socket_timeout,
         socket_connect_timeout=settings.redis.socket_timeout,
         decode_responses=False,
         health_check_interval=30,
+        retry=reconnect_once(),
     )
+
+
+def reconnect_once() -> Retry:
+    """The retry policy of every blocking Redis pool of memory-core: once, at once, on a connection error."""
+    return Retry(NoBackoff(), 1, supported_errors=RECONNECTED_ERRORS)
 
 
 def client_token(settings: Settings) -> Callable[[str], str | None]:
@@ -133,13 +157,12 @@ class Dispatching:
             while not (consumed := (yield from self._consumed(queue))) and time.monotonic() < deadline:
                 yield Sleep(min(0.1, self._beat))
         except redis.RedisError as exc:
-            url = redact_url(self._settings.redis.url)
-            raise BrokerUnavailable(f"cannot read worker heartbeats from Redis at {url}: {exc}") from exc
+            raise redis_failure(exc, "read worker heartbeats", redact_url(self._settings.redis.url)) from exc
         if not consumed:
             raise NoWorkerAvailable(
                 f"no worker consumes queue {queue!r} (none has sent a heartbeat in the last "
                 f"{self._beat * MISSED_BEATS:g}s); nothing was enqueued. Start one: memory-core up, "
-                f"or celery -A workers.app worker -Q {queue}"
+                f"or celery -A memory_core.workers.app worker -Q {queue}"
             )
 
     def _consumed(self, queue: str) -> Operation[bool]:
@@ -185,7 +208,11 @@ class Dispatching:
                 )
             block = min(remaining, slice_seconds, self._beat)
             try:
-                popped = yield _pop(key, block)
+                if shared:
+                    peeked = yield _peek(key, block)
+                    popped = None if peeked is None else (key, peeked)
+                else:
+                    popped = yield _pop(key, block)
                 lost_since = None
                 if popped is None and queue is not None:
                     now = time.monotonic()
@@ -199,9 +226,9 @@ class Dispatching:
                             f"{self._settings.client.worker_grace:g}s while waiting for task {task_id}; "
                             "it stays queued and runs when a worker starts"
                         )
-                if popped is not None and shared:
-                    yield Pipeline(_put_back(key, popped[1], self._settings.celery.reply_ttl))
             except redis.RedisError as exc:
+                if not unavailable(exc):  # Redis refused a command: waiting longer would not change that
+                    raise redis_failure(exc, f"wait for task {task_id}", redact_url(self._settings.redis.url)) from exc
                 # The task is queued (durably, with AOF): ride out a Redis restart, not an outage.
                 now = time.monotonic()
                 lost_since = now if lost_since is None else lost_since
@@ -216,13 +243,16 @@ def _pop(key: str, seconds: float) -> Command:
     return Command(lambda r: r.blpop([key], timeout=seconds))
 
 
-def _put_back(key: str, raw: bytes, ttl: int) -> list[Callable[[Any], Any]]:
-    return [lambda p: p.lpush(key, raw), lambda p: p.expire(key, ttl)]
+def _peek(key: str, seconds: float) -> Command:
+    # The reply list holds one reply: moving it onto its own list reads it and leaves it for the other callers
+    # in one atomic command (a pop then a push back could lose it to an error or an interruption in between).
+    # It keeps the TTL the worker set. (B)RPOPLPUSH rather than BLMOVE: it works on Redis before 6.2 too.
+    return Command(lambda r: r.brpoplpush(key, key, timeout=seconds))
 
 
 def outcome(raw: bytes) -> dict[str, Any]:
     """The result in a worker's reply, or its typed error raised."""
-    reply = Reply.model_validate(json.loads(raw))
+    reply = stored_model(Reply, raw, "a task's reply")
     if reply.ok:
         return reply.result or {}
     assert reply.error is not None

@@ -19,10 +19,12 @@ from typing import Any
 import redis
 import redis.asyncio
 from kombu.serialization import dumps
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 
 from memory_core.core import tracing
-from memory_core.core.dispatch import Dispatcher, Dispatching
-from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.dispatch import RECONNECTED_ERRORS, Dispatcher, Dispatching
+from memory_core.core.errors import BrokerUnavailable, ReplyTimeout
 from memory_core.core.keys import Keys
 from memory_core.core.messages import NamespaceRequest
 from memory_core.core.settings import Settings, redact_url
@@ -43,7 +45,8 @@ def _driver() -> dict[str, Any]:
 
 
 def open_async_redis(settings: Settings, *, url: str | None = None) -> redis.asyncio.Redis:
-    """An asyncio Redis client with the blocking client's timeouts, and a pool that queues callers past its size."""
+    """An asyncio Redis client with the blocking client's timeouts and retry policy (see ``open_redis``), and a pool
+    that queues callers past its size."""
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url or settings.redis.url,
         max_connections=settings.client.async_connections,
@@ -51,6 +54,7 @@ def open_async_redis(settings: Settings, *, url: str | None = None) -> redis.asy
         socket_timeout=settings.redis.socket_timeout,
         socket_connect_timeout=settings.redis.socket_timeout,
         health_check_interval=30,
+        retry=AsyncRetry(NoBackoff(), 1, supported_errors=RECONNECTED_ERRORS),
         **_driver(),
     )
     return redis.asyncio.Redis(connection_pool=pool, decode_responses=False)
@@ -76,6 +80,11 @@ def redis_envelope(task_id: str, queue: str, body: Any, headers: dict[str, Any])
             },
         }
     )
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 class AsyncDispatcher(Dispatching):
@@ -123,19 +132,45 @@ class AsyncDispatcher(Dispatching):
         """Waits for the worker's reply; see ``Dispatching.waiting`` (``shared``, ``task``).
 
         Callers of this process that share a task (merged adds) share one read of its reply, instead of
-        each reading it and putting it back for the next.
+        each reading it and putting it back for the next. The read runs as a task of its own and each caller
+        waits for it at most its own ``timeout``, so a caller that gives up or is cancelled ends only its own
+        wait; a read that failed is not kept (the next caller reads again).
         """
         if not options.get("shared"):
             result: dict[str, Any] = await self.run(self.waiting(namespace, task_id, timeout, **options))
             return result
+        loop = asyncio.get_running_loop()
+        limit = self._settings.client.timeout if timeout is None else timeout
+        deadline = loop.time() + limit
+        while True:
+            remaining = deadline - loop.time()
+            reading = self._shared_reading(namespace, task_id, remaining, options)
+            try:
+                shared: dict[str, Any] = await asyncio.wait_for(asyncio.shield(reading), max(0.0, remaining))
+                return shared
+            except TimeoutError:
+                pass
+            except ReplyTimeout as exc:
+                # A plain timeout is the bound of the caller that started the read: one with time left reads on.
+                if type(exc) is not ReplyTimeout:
+                    raise
+            if loop.time() >= deadline:
+                raise ReplyTimeout(
+                    f"no reply to task {task_id} within {limit:.1f}s; it may still run (is a worker up?)"
+                ) from None
+
+    def _shared_reading(
+        self, namespace: str, task_id: str, timeout: float, options: dict[str, Any]
+    ) -> asyncio.Future[dict[str, Any]]:
         reading = self._replies.get(task_id)
-        if reading is None:
+        if reading is None or (reading.done() and (reading.cancelled() or reading.exception() is not None)):
             reading = asyncio.ensure_future(self.run(self.waiting(namespace, task_id, timeout, **options)))
+            reading.add_done_callback(_retrieve)  # its callers may all have given up: they had their own outcome
             self._replies[task_id] = reading
+            self._replies.move_to_end(task_id)
             while len(self._replies) > _KEPT_REPLIES:  # done ones stay a while, for a receipt waited on later
                 self._replies.popitem(last=False)
-        shared: dict[str, Any] = await asyncio.shield(reading)
-        return shared
+        return reading
 
     async def call(
         self, task: str, request: NamespaceRequest, summary: str, timeout: float | None = None

@@ -12,13 +12,16 @@ client sees) is a ``MemoryCoreError``::
     │   └── MemorySetNotFound
     ├── AuthorizationError
     ├── QuotaExceeded
-    ├── BrokerUnavailable
+    ├── BrokerUnavailable         (Redis cannot answer now: retry later)
+    ├── RedisCommandError         (Redis refused a command: a retry fails the same way)
+    ├── CorruptDataError          (a value read back from Redis is not what memory-core writes)
     ├── ReplyTimeout
     │   └── NoWorkerAvailable
     ├── StoreError
     │   └── TransientStoreError   (tasks retry on these)
     ├── EmbedderError
     ├── SummarizerError
+    │   └── SummarizerUnavailable (its endpoint refuses connections)
     └── CompactionError
 
 Catch broad (``MemoryCoreError``), recover narrow. Third-party exceptions
@@ -70,6 +73,15 @@ class BrokerUnavailable(MemoryCoreError):
     """Raised when Redis (broker and cache) cannot be reached; names the redacted URL."""
 
 
+class RedisCommandError(MemoryCoreError):
+    """Raised when Redis answers but refuses a command (a bug, or a value past Redis' own range); not retryable."""
+
+
+class CorruptDataError(MemoryCoreError):
+    """Raised when a value read back from Redis is malformed (not JSON, too deep, wrong shape or type); only the
+    call that read it fails."""
+
+
 class ReplyTimeout(MemoryCoreError):
     """Raised when a worker did not answer a waiting call in time; the task may still run."""
 
@@ -94,15 +106,25 @@ class SummarizerError(MemoryCoreError):
     """Raised when the summarizer fails or replies with something unusable."""
 
 
+class SummarizerUnavailable(SummarizerError):
+    """Raised at once, without retries, when the summarizer's endpoint refuses connections (nothing listens)."""
+
+
 class CompactionError(MemoryCoreError):
     """Raised when a compaction cannot complete."""
 
 
-CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (ConflictError, AuthorizationError, QuotaExceeded)
-"""Failures that are the caller's to fix: replied to, never dead-lettered (replaying the same message fails
-the same way; a write over its namespace's quota is the tenant's to retry later or make room for). A
-message the worker cannot parse is kept (it may come from a newer client: it lands after an upgrade), and
-so is a write into a set that does not exist yet (it lands once the set is created)."""
+CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (
+    InvalidRequestError,
+    NotFoundError,
+    AuthorizationError,
+    QuotaExceeded,
+)
+"""Failures that are the caller's to fix (a request that fails validation, names what does not exist,
+contradicts what exists, lacks the grant, or is over its namespace's quota): replied to, never retried,
+never dead-lettered. Replaying the same message would fail the same way, and dead letters are what
+operators alert on, for writes the system failed. One exception stays kept: a message of a schema version
+this worker does not know (it may come from a newer client, and lands once the workers are upgraded)."""
 
 
 def error_types() -> dict[str, type[MemoryCoreError]]:

@@ -17,17 +17,24 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
 
 import redis
 
+from memory_core.core.files import disk_usage
 from memory_core.core.keys import Keys, decoded
+from memory_core.core.settings import QdrantSettings, redact_url
 from memory_core.core.steps import Command, Operation, on_redis, run
 
 logger = logging.getLogger(__name__)
 
 MISSED_BEATS = 4
 """A worker is alive while its last beat is younger than this many intervals."""
+
+STORE_MEASURE_INTERVAL = 30.0
+"""Seconds between two measures of the embedded store's size on disk (a walk of its files) by the heartbeat."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,9 @@ class WorkerInfo:
     host: str = field(default_factory=socket.gethostname)
     started_at: float = field(default_factory=time.time)
     name: str = ""
+    store: str = ""  # the store's backend (edge, server, local): what ``status`` reports, not its own settings
+    store_location: str = ""  # the embedded store's absolute path, or the Qdrant server's URL (no password)
+    store_bytes: int | None = None  # the embedded store's size on disk, measured every STORE_MEASURE_INTERVAL
 
     def __post_init__(self) -> None:
         if not self.name:  # unique even for two workers of one node name (in one process, or after a restart)
@@ -51,8 +61,22 @@ class WorkerInfo:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> WorkerInfo:
+        """Reads a beat; fields a newer worker adds are left out, so an older reader still reads it."""
         data = json.loads(raw)
-        return cls(**{**data, "queues": tuple(data.get("queues", ()))})
+        if not isinstance(data, dict):
+            raise TypeError(f"a heartbeat is a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)} - {"queues"}
+        return cls(**{k: v for k, v in data.items() if k in known}, queues=tuple(data.get("queues", ())))
+
+
+def store_fields(qdrant: QdrantSettings) -> dict[str, Any]:
+    """What a worker publishes of the store it serves (``WorkerInfo``'s store fields), from its settings."""
+    if qdrant.backend == "server":
+        return {"store": "server", "store_location": redact_url(qdrant.url or "")}
+    path = str(qdrant.path.resolve())
+    if qdrant.backend == "local":
+        return {"store": "local", "store_location": qdrant.url or path}
+    return {"store": "edge", "store_location": path, "embedded_store": path}
 
 
 class Heartbeat:
@@ -65,9 +89,27 @@ class Heartbeat:
         self._interval = interval
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self._measured_at: float | None = None
+
+    def _measure_store(self) -> None:
+        """Refreshes ``store_bytes`` of an embedded store when the last measure is old enough."""
+        now = time.monotonic()
+        if not self.info.embedded_store or (
+            self._measured_at is not None and now - self._measured_at < STORE_MEASURE_INTERVAL
+        ):
+            return
+        path = Path(self.info.embedded_store)
+        try:
+            size = disk_usage(path) if path.exists() else 0
+        except OSError as exc:  # a file the engine removed while it was walked: measured at the next beat
+            logger.debug("store size not measured: %s", exc)
+            return
+        self._measured_at = now
+        self.info = replace(self.info, store_bytes=size)
 
     def beat(self) -> None:
         """One beat: this worker's key, refreshed, and its name in each of its queues' sets."""
+        self._measure_store()
         ttl_ms = int(self._interval * MISSED_BEATS * 1000)
         with self._client.pipeline(transaction=False) as pipe:
             pipe.set(self._keys.worker(self.info.name), self.info.to_json(), px=ttl_ms)
@@ -112,11 +154,19 @@ def alive(keys: Keys, members_key: str) -> Operation[list[WorkerInfo]]:
     if not names:
         return []
     values = yield Command(lambda r: r.mget([keys.worker(name) for name in names]))
-    alive = [WorkerInfo.from_json(value) for value in values if value is not None]
+    alive = [info for value in values if value is not None and (info := _read_beat(value)) is not None]
     gone = [name for name, value in zip(names, values, strict=True) if value is None]
     if gone:
         yield Command(lambda r: r.srem(members_key, *gone))
     return alive
+
+
+def _read_beat(raw: bytes | str) -> WorkerInfo | None:
+    try:
+        return WorkerInfo.from_json(raw)
+    except (ValueError, TypeError) as exc:  # read from Redis: a bad record is skipped, never a crash
+        logger.warning("unreadable worker heartbeat skipped: %s", exc)
+        return None
 
 
 def _alive(client: redis.Redis, keys: Keys, members_key: str) -> list[WorkerInfo]:

@@ -8,15 +8,24 @@ summed under ``namespace="(other)"``, computed at scrape time from the store and
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
+
+from memory_core.core.hosts import is_loopback, matches, own_hosts
+from memory_core.core.validation import short_repr
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +118,7 @@ class NamespaceItems(Collector):
         return shown
 
 
-_served: dict[int, Any] = {}
+_served: dict[int, WSGIServer] = {}
 _serve_lock = threading.Lock()
 
 
@@ -117,17 +126,56 @@ def serve(address: str, port: int) -> int:
     """Serves the default registry on ``address:port`` (once per port per process); returns the port.
 
     Port 0 picks a free one. A port already taken by another process is logged, not fatal: metrics
-    must never keep a worker from starting.
+    must never keep a worker from starting. On a loopback address the endpoint answers only requests
+    naming a loopback address and its port in ``Host`` (else 421): it has no auth, and a web page that
+    rebinds its own DNS name to 127.0.0.1 must not read namespace names from it. On any other address
+    (a compose network, where Prometheus scrapes by service name) it answers every ``Host``.
     """
     with _serve_lock:
         if port and port in _served:
             return port
+        app: WSGIApplication = make_wsgi_app(REGISTRY)
         try:
-            server, _thread = start_http_server(port, addr=address, registry=REGISTRY)
+            server = _listen(address, port, app)
         except OSError as exc:
             logger.warning("metrics not served: cannot listen on %s:%d (%s)", address, port, exc)
             return 0
         bound = int(server.server_port)
+        if is_loopback(address):
+            server.set_app(_own_host_only(app, own_hosts(address, bound)))
+        threading.Thread(target=server.serve_forever, name=f"metrics-{bound}", daemon=True).start()
         _served[bound] = server
         logger.info("metrics on http://%s:%d/metrics", address, bound)
         return bound
+
+
+class _QuietHandler(WSGIRequestHandler):
+    # ``format`` is the base class's parameter name, kept so the override matches its signature.
+    def log_message(self, format: str, *args: Any) -> None:
+        """Logs nothing: a scrape every few seconds is not news."""
+
+
+def _listen(address: str, port: int, app: WSGIApplication) -> WSGIServer:
+    # prometheus_client's start_http_server, with a WSGI app of our own: the server picks IPv4 or IPv6 by
+    # the address, as the library does, and threads per request.
+    family, *_, sockaddr = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    server_class = type("_MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+    return make_server(str(sockaddr[0]), port, app, server_class, handler_class=_QuietHandler)
+
+
+def _own_host_only(app: WSGIApplication, allowed: list[str]) -> WSGIApplication:
+    def guarded(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        host = str(environ.get("HTTP_HOST", ""))
+        if matches(host.lower(), allowed):
+            return app(environ, start_response)
+        body = (
+            f"host {short_repr(host)} is not this endpoint's; it answers {', '.join(allowed)} only "
+            "(a page that rebinds its DNS name to this machine is refused)\n"
+        ).encode()
+        start_response(
+            "421 Misdirected Request",
+            [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+        )
+        return [body]
+
+    return guarded

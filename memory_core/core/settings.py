@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -43,6 +44,53 @@ def _blank_is_unset(value: object) -> object:
 
 Secret = Annotated[SecretStr | None, BeforeValidator(_blank_is_unset)]
 """An optional secret; empty or blank counts as unset."""
+
+
+def _home_expanded(path: Path) -> Path:
+    return path.expanduser()
+
+
+UserPath = Annotated[Path, AfterValidator(_home_expanded)]
+"""A path in which a leading ``~`` is the user's home (``MEMORY_QDRANT__PATH=~/memory`` in an ``.env`` file)."""
+
+LEGACY_DATA_DIR = Path(".memory-core")
+"""The default data directory of earlier versions: relative to each process's working directory, so a
+``memory-core status`` run elsewhere looked at another (empty) store than the worker's."""
+
+
+def user_data_dir() -> Path:
+    """The per-user data directory: ``$XDG_DATA_HOME/memory-core``, else ``~/.local/share/memory-core``.
+
+    The XDG Base Directory rules, as platformdirs applies them on Linux: a relative ``XDG_DATA_HOME`` is
+    ignored. The same from every working directory. Without a home directory to expand (a service user
+    with none), the earlier default, ``./.memory-core``, is what is left.
+    """
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "memory-core"
+    try:
+        return Path("~").expanduser() / ".local" / "share" / "memory-core"
+    except RuntimeError:  # no HOME and no passwd entry
+        return LEGACY_DATA_DIR.absolute()
+
+
+def data_dir() -> Path:
+    """Where the data settings (``qdrant.path``, ``stack.run_dir``, ``stack.backup_dir``) default to.
+
+    The per-user directory (:func:`user_data_dir`), except while an earlier version's ``./.memory-core``
+    exists in the working directory and the per-user one does not: its store, pid files and backups are
+    then used where they are (every setting together, so a worker and ``down`` started there still agree),
+    and :func:`load_settings` warns that it should be moved.
+    """
+    chosen = user_data_dir()
+    legacy = LEGACY_DATA_DIR.absolute()
+    if legacy.is_dir() and not chosen.exists() and legacy != chosen:
+        return legacy
+    return chosen
+
+
+def _in_data_dir(name: str) -> Path:
+    return data_dir() / name
 
 
 def redact_url(url: str) -> str:
@@ -92,9 +140,14 @@ class QdrantSettings(_Group):
     """``edge`` (the embedded Qdrant Edge engine, in ``path``), ``server`` (a Qdrant server at ``url``), or
     ``local`` (qdrant-client's local mode, for tests). One worker process holds the embedded engine: use the
     ``threads`` or ``solo`` pool with it, or ``prefork`` with concurrency 1."""
-    path: Path = Path(".memory-core/qdrant")
-    """Data directory of the embedded engine (and of ``local`` mode when ``url`` is unset); a relative path is
-    taken from the worker's working directory."""
+    path: UserPath = Field(
+        default_factory=functools.partial(_in_data_dir, "qdrant"),
+        json_schema_extra={"shown_default": "<data dir>/qdrant"},  # for the Configuration page
+    )
+    """Data directory of the embedded engine (and of ``local`` mode when ``url`` is unset). The data dir is
+    ``$XDG_DATA_HOME/memory-core``, else ``~/.local/share/memory-core``: the same from any working directory
+    (an earlier version's ``./.memory-core`` is used while the per-user one does not exist; move it there).
+    A relative path is taken from the worker's working directory; ``~`` is the home directory."""
     url: str | None = None
     """URL of the Qdrant server (``backend=server``, e.g. ``http://qdrant:6333``), required there. In ``local``
     mode, a location used instead of ``path`` (``:memory:`` or a directory)."""
@@ -547,12 +600,20 @@ class TracingSettings(_Group):
 class StackSettings(_Group):
     """``memory-core up`` and ``backup``: where the local stack keeps pid files, logs and store snapshots."""
 
-    run_dir: Path = Path(".memory-core/run")
-    """Where ``memory-core up`` keeps pid files, logs, the local Redis's data and beat's schedule; relative to
-    the working directory."""
-    backup_dir: Path = Path(".memory-core/backups")
+    run_dir: UserPath = Field(
+        default_factory=functools.partial(_in_data_dir, "run"),
+        json_schema_extra={"shown_default": "<data dir>/run"},  # for the Configuration page
+    )
+    """Where ``memory-core up`` keeps pid files, logs, the local Redis's data and beat's schedule, so ``down``
+    and ``status`` find them from any directory (the data dir: see ``MEMORY_QDRANT__PATH``); a relative path
+    is taken from the working directory."""
+    backup_dir: UserPath = Field(
+        default_factory=functools.partial(_in_data_dir, "backups"),
+        json_schema_extra={"shown_default": "<data dir>/backups"},  # for the Configuration page
+    )
     """Where ``memory-core backup`` has a worker write snapshots of the embedded engine (one folder per label),
-    and ``restore`` reads them; a relative path is taken from each process's working directory."""
+    and ``restore`` reads them (the data dir: see ``MEMORY_QDRANT__PATH``); a relative path is taken from each
+    process's working directory."""
 
 
 class Settings(BaseSettings):
@@ -566,7 +627,8 @@ class Settings(BaseSettings):
     )
 
     redis: RedisSettings = RedisSettings()
-    qdrant: QdrantSettings = QdrantSettings()
+    # Built per Settings, not once at import: their paths default to a directory found when the settings are read.
+    qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedder: EmbedderSettings = EmbedderSettings()
     anthropic: AnthropicSettings = AnthropicSettings()
     limits: LimitsSettings = LimitsSettings()
@@ -588,7 +650,7 @@ class Settings(BaseSettings):
     mcp: McpSettings = McpSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
-    stack: StackSettings = StackSettings()
+    stack: StackSettings = Field(default_factory=StackSettings)
 
     @model_validator(mode="after")
     def _tombstones_outlive_redelivery(self) -> Settings:
@@ -664,7 +726,7 @@ def load_settings(**overrides: object) -> Settings:
         hint = f"; did you mean {close}?" if close else "; see .env.example for every setting"
         logger.warning("%s is not a memory-core setting and is ignored%s", name, hint)
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]  # overrides are validated by pydantic
+        settings = Settings(**overrides)  # type: ignore[arg-type]  # overrides are validated by pydantic
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
@@ -674,6 +736,34 @@ def load_settings(**overrides: object) -> Settings:
             name = "MEMORY_" + "__".join(str(part).upper() for part in err["loc"])
             problems.append(f"{name}: {err['msg']} (got {_safe_input(err['loc'], err.get('input'))!r})")
         raise ConfigurationError("invalid settings: " + "; ".join(problems)) from exc
+    _warn_of_legacy_data_dir(settings)
+    return settings
+
+
+def _warn_of_legacy_data_dir(settings: Settings) -> None:
+    legacy = LEGACY_DATA_DIR.absolute()
+    defaulted = [
+        (settings.qdrant, "path", "MEMORY_QDRANT__PATH"),
+        (settings.stack, "run_dir", "MEMORY_STACK__RUN_DIR"),
+        (settings.stack, "backup_dir", "MEMORY_STACK__BACKUP_DIR"),
+    ]
+    in_use = [
+        variable
+        for group, name, variable in defaulted
+        if name not in group.model_fields_set and Path(getattr(group, name)).absolute().is_relative_to(legacy)
+    ]
+    if in_use:
+        target = user_data_dir()
+        logger.warning(
+            "using %s, the data directory of earlier versions, since it is in the working directory and %s does "
+            "not exist: processes started elsewhere will not find it. Move it (mkdir -p %s && mv %s %s), or set %s",
+            legacy,
+            target,
+            target.parent,
+            legacy,
+            target,
+            ", ".join(in_use),
+        )
 
 
 def _secret_locations() -> frozenset[tuple[str, str]]:

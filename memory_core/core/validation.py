@@ -174,6 +174,39 @@ def check_ttl(value: object, what: str, minimum: int) -> int:
     return value
 
 
+MAX_COUNT = 1_000_000
+"""The largest count a call may ask for (a list's ``limit``, a page size): more than any answer holds."""
+
+
+def check_count(value: object, what: str, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """A whole number from ``minimum`` to ``maximum`` (a limit, a ``k``, a capacity): bools and floats refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidRequestError(f"{what} must be an int from {minimum} to {maximum}, got {short_repr(value)}")
+    return value
+
+
+MAX_TOKENS = 10_000_000
+"""The largest token count a call may name (a recall's ``token_budget``, a strategy's ``max_tokens``): several
+times the largest context window of any model, and small enough that token arithmetic stays exact."""
+
+MAX_WAIT_SECONDS = 7 * 86_400
+"""The longest a call may be told to wait for a worker's reply (a ``timeout``): a week, in seconds. Past it
+a wait is a hang, and ``time.monotonic() + timeout`` must stay a finite, exact deadline."""
+
+
+def check_seconds(value: object, what: str, maximum: float = MAX_WAIT_SECONDS) -> float:
+    """A duration in seconds (an int or a finite float) above 0 and at most ``maximum``: bools, NaN, inf refused.
+
+    A range check alone refuses NaN (it compares False with everything, so a deadline of NaN would never pass)
+    and inf; ``math.isfinite`` would raise ``OverflowError`` on an int past float range (``10**400``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= maximum:
+        raise InvalidRequestError(
+            f"{what} must be a finite number of seconds above 0 and at most {maximum:g}, got {short_repr(value)}"
+        )
+    return float(value)
+
+
 def check_lifecycle(name: str, value: object, what: str, now: datetime) -> None:
     """One lifecycle field of an item to add, taken as given: no coercion, so what is stored is what was passed.
 

@@ -73,6 +73,34 @@ def folded(target: MemorySetItem, item: MemorySetItem) -> MemorySetItem:
     )
 
 
+def definition_conflict(namespace: str, key: str, existing: MemorySet, asked: MemorySet) -> SetDefinitionConflict:
+    """The conflict of ``asked`` with the ``existing`` definition of a set: each field that differs, with the
+    value it has and the value asked (long values cut short), and the ways out."""
+    have, want = _fields(existing.model_dump(mode="json")), _fields(asked.model_dump(mode="json"))
+    differ = [
+        f"{name} is {have.get(name)!r:.80} there, {want.get(name)!r:.80} asked"
+        for name in sorted(have.keys() | want.keys())
+        if have.get(name) != want.get(name)
+    ]
+    return SetDefinitionConflict(
+        f"memory set {existing.name!r} of namespace {namespace!r}, key {key!r} already exists with another "
+        f"definition: {'; '.join(differ)}. Use the existing definition (get_memory_set({existing.name!r}), or "
+        "get_or_create_memory_set with its values), delete the set and create it anew (its items go with it), "
+        "or choose another set name"
+    )
+
+
+def _fields(dumped: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A dumped model's fields, nested ones by dotted name (``compaction_config.model``)."""
+    flat: dict[str, Any] = {}
+    for name, value in dumped.items():
+        if isinstance(value, dict) and value:
+            flat.update(_fields(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
 def embedding_text(item: MemorySetItem) -> str:
     """The text an item is embedded by: the value itself, or ``"role: content"`` for a chat message."""
     return str(item.value)
@@ -162,10 +190,7 @@ class MemoryService:
         existing = self.store.get_set(request.namespace, request.key, request.definition.name)
         if existing is not None:
             if existing != request.definition:
-                raise SetDefinitionConflict(
-                    f"memory set {existing.name!r} already exists with {existing.model_dump(mode='json')}; "
-                    f"got {request.definition.model_dump(mode='json')}"
-                )
+                raise definition_conflict(request.namespace, request.key, existing, request.definition)
             return SetReply(definition=existing)
         self.store.put_set(request.namespace, request.key, request.definition)
         return SetReply(definition=request.definition)

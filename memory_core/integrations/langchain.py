@@ -21,7 +21,8 @@ from langchain_core.messages import BaseMessage, message_to_dict, messages_from_
 from memory_core.client import MemoryClient
 from memory_core.client.aio import AsyncMemoryClient
 from memory_core.client.async_session import AsyncSession
-from memory_core.core.errors import InvalidRequestError
+from memory_core.core.errors import CorruptDataError, InvalidRequestError
+from memory_core.core.jsoncodec import stored_object
 from memory_core.core.models import ChatMessage, MessageRole
 from memory_core.tiers.session import Session
 from memory_core.tiers.session.session import Promotion
@@ -50,14 +51,19 @@ def from_chat_message(message: ChatMessage) -> BaseMessage:
     """The LangChain message stored in ``message``; one written by other code is rebuilt from its role and text."""
     # Kept as JSON text: a message's own nesting (tool call arguments) would count against metadata depth.
     raw = message.extra_args.get(_KEY)
-    stored = json.loads(raw) if isinstance(raw, str) else None
+    stored = stored_object(raw, f"a stored LangChain {message.role.value} message") if isinstance(raw, str) else None
     if stored is None:
         kind = {v: k for k, v in _ROLES.items()}[message.role]
         data: dict[str, Any] = {"content": message.content, "type": kind}
         if kind == "tool":
             data["tool_call_id"] = message.extra_args.get("tool_call_id", "")
         stored = {"type": kind, "data": data}
-    (rebuilt,) = messages_from_dict([stored])
+    try:
+        (rebuilt,) = messages_from_dict([stored])
+    except (KeyError, ValueError, TypeError) as exc:  # a planted or foreign value: fail this read, typed
+        raise CorruptDataError(
+            f"a stored LangChain {message.role.value} message cannot be rebuilt: {exc!r}"[:300]
+        ) from exc
     return rebuilt
 
 

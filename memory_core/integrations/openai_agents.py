@@ -18,6 +18,7 @@ from agents.memory import SessionSettings
 
 from memory_core.client.aio import AsyncMemoryClient
 from memory_core.core.errors import InvalidRequestError
+from memory_core.core.jsoncodec import stored_json
 from memory_core.core.models import ChatMessage, MessageRole
 from memory_core.tiers.session.session import Promotion
 
@@ -56,7 +57,7 @@ def from_chat_message(message: ChatMessage) -> Any:
     """The SDK item stored in ``message``; one written by other code becomes a message item of its role."""
     stored = message.extra_args.get(_KEY)
     if isinstance(stored, str):
-        return json.loads(stored)
+        return stored_json(stored, f"a stored OpenAI Agents {message.role.value} item")
     role = "assistant" if message.role is MessageRole.ASSISTANT else message.role.value
     return {"role": "user" if role == "tool" else role, "content": message.content}
 

@@ -6,7 +6,9 @@ token grants (``MEMORY_AUTH__TOKENS``), and the client sends that same token to 
 it again. No tool takes a namespace argument.
 
 Tools are plain functions over the synchronous client; the SDK runs them in worker threads, so a call
-that waits for a worker never blocks the server's event loop.
+that waits for a worker never blocks the server's event loop. Each carries annotations (read-only,
+destructive, idempotent) that clients use to ask before a call that changes memory, and its arguments
+hold finite numbers only (``check_finite``), as every JSON body of the HTTP API.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Annotated, Any, Literal, TypeVar
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from memory_core.client import LongTermMemory, MemoryClient
@@ -29,10 +33,12 @@ from memory_core.client.admin import Admin
 from memory_core.core import routing
 from memory_core.core.auth import TokenMap
 from memory_core.core.dispatch import open_redis
-from memory_core.core.errors import ConfigurationError, MemoryCoreError, MemorySetNotFound
+from memory_core.core.errors import ConfigurationError, InvalidRequestError, MemoryCoreError, MemorySetNotFound
 from memory_core.core.liveness import consumers
 from memory_core.core.models import MemorySetItem
 from memory_core.core.settings import Settings
+from memory_core.servers import version
+from memory_core.servers.boundary import LOOPBACK, MAX_TOKEN_BUDGET, check_finite, own_hosts, own_origins
 from memory_core.tiers.short_term import MemoryObject
 
 T = TypeVar("T")
@@ -165,24 +171,24 @@ class MemoryTools:
     ) -> Memories:
         """Search long-term memory by meaning and words; best matches first."""
         ltm, name = self._scope(set_name)
-        found = _or_none(lambda: ltm.search(name, query, limit=limit, mode=mode)) or []
+        found = self._or_none(name, lambda: ltm.search(name, query, limit=limit, mode=mode)) or []
         return Memories(memories=[_memory(item) for item in found])
 
     def get_memories(self, ids: list[str] | None = None, set_name: SetName = None) -> Memories:
         """Read stored memories by id, or all of a set in the order they were stored."""
         ltm, name = self._scope(set_name)
-        return Memories(memories=[_memory(item) for item in _or_none(lambda: ltm.get(name, ids)) or []])
+        return Memories(memories=[_memory(item) for item in self._or_none(name, lambda: ltm.get(name, ids)) or []])
 
     def delete_memory(self, ids: list[str], set_name: SetName = None) -> Deleted:
         """Delete stored memories by id."""
         ltm, name = self._scope(set_name)
-        return Deleted(deleted=_or_none(lambda: ltm.delete(name, ids)) or 0)
+        return Deleted(deleted=self._or_none(name, lambda: ltm.delete(name, ids)) or 0)
 
     def recall(
         self,
         query: str,
         limit: Annotated[int, Field(ge=1, le=100)] = 8,
-        token_budget: Annotated[int | None, Field(ge=1)] = None,
+        token_budget: Annotated[int | None, Field(ge=1, le=MAX_TOKEN_BUDGET)] = None,
         session_id: str | None = None,
     ) -> Recalled:
         """One ranked block of what is relevant to a query, across every memory tier."""
@@ -204,10 +210,8 @@ class MemoryTools:
         """Read working memory (scratch state of the current task): one dotted path, or all of it."""
         client, namespace = self._scopes.current()
         state = client.short_term(namespace, self._settings.key)
-        value = state.get(path) if path else state.get_fields()
-        if isinstance(value, MemoryObject):
-            value = value.get_fields()
-        return {"path": path, "value": _jsonable(value)}
+        value = state.get(path) if path else state
+        return {"path": path, "value": _tree(value) if isinstance(value, MemoryObject) else _jsonable(value)}
 
     def set_working_memory(self, path: str, value: Any) -> dict[str, Any]:
         """Set a value in working memory at a dotted path (like plan.step); it lasts a day unless set again."""
@@ -227,26 +231,56 @@ class MemoryTools:
         client, namespace = self._scopes.current()
         return client.long_term(namespace, self._settings.key), set_name or self._settings.set_name
 
+    def _or_none(self, name: str, read: Callable[[], T]) -> T | None:
+        """What ``read`` returns; None when ``name`` is the default set and it does not exist yet.
 
-def _or_none(read: Callable[[], T]) -> T | None:
-    """What ``read`` returns, or None when its set does not exist yet (nothing to find, read or delete)."""
-    try:
-        return read()
-    except MemorySetNotFound:
-        return None
+        The default set is made on the first ``add_memory``, so before it nothing is stored: nothing to find,
+        read or delete. A set the model names must exist: ``MemorySetNotFound`` tells it the name is wrong,
+        where an empty answer would read as "nothing remembered".
+        """
+        try:
+            return read()
+        except MemorySetNotFound:
+            if name != self._settings.set_name:
+                raise
+            return None
 
 
-TOOLS = (
-    "add_memory",
-    "search_memory",
-    "get_memories",
-    "delete_memory",
-    "recall",
-    "list_memory_sets",
-    "get_working_memory",
-    "set_working_memory",
-    "memory_status",
-)
+def _hints(*, read_only: bool = False, destructive: bool = False, idempotent: bool = False) -> ToolAnnotations:
+    # Memory is a closed world: no tool reaches anything but this deployment.
+    if read_only:
+        return ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+    return ToolAnnotations(
+        read_only_hint=False, destructive_hint=destructive, idempotent_hint=idempotent, open_world_hint=False
+    )
+
+
+TOOLS: dict[str, ToolAnnotations] = {
+    "add_memory": _hints(),  # adds, never overwrites; each call stores new items
+    "search_memory": _hints(read_only=True),
+    "get_memories": _hints(read_only=True),
+    "delete_memory": _hints(destructive=True, idempotent=True),
+    "recall": _hints(read_only=True),
+    "list_memory_sets": _hints(read_only=True),
+    "get_working_memory": _hints(read_only=True),
+    "set_working_memory": _hints(destructive=True, idempotent=True),  # replaces the value at its path
+    "memory_status": _hints(read_only=True),
+}
+"""Every tool, with the hints clients read before calling it (and ask the user first for a destructive one)."""
+
+
+class _MemoryServer(MCPServer[Any]):
+    """The SDK's server, with every tool's arguments checked for non-finite numbers before validation."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            for argument, value in arguments.items():
+                check_finite(value, argument)
+        except InvalidRequestError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        return await super().call_tool(name, arguments, context)
 
 
 def build_server(settings: Settings, *, http_url: str | None = None) -> tuple[MCPServer, Scopes]:
@@ -254,16 +288,28 @@ def build_server(settings: Settings, *, http_url: str | None = None) -> tuple[MC
     scopes = Scopes(settings)
     auth: dict[str, Any] = {}
     if http_url is not None and settings.auth.tokens is not None:
-        auth = {
-            "token_verifier": scopes,
-            "auth": AuthSettings(issuer_url=http_url, resource_server_url=http_url),
-        }
-    server: MCPServer = MCPServer("memory-core", instructions=INSTRUCTIONS, **auth)
+        # Our tokens are the deployment's own map, not tokens an authorization server issues for a resource:
+        # Scopes.verify_token is the whole check.
+        settings_of_auth = AuthSettings(
+            issuer_url=http_url, resource_server_url=http_url, validate_token_resource=False
+        )
+        auth = {"token_verifier": scopes, "auth": settings_of_auth}
+    server = _MemoryServer("memory-core", instructions=INSTRUCTIONS, version=version(), **auth)
     tools = MemoryTools(scopes)
-    for name in TOOLS:
+    for name, hints in TOOLS.items():
         method = _reported(getattr(tools, name))
-        server.tool(name=name, description=(method.__doc__ or "").strip().splitlines()[0])(method)
+        description = (method.__doc__ or "").strip().splitlines()[0]
+        server.tool(name=name, description=description, annotations=hints)(method)
     return server, scopes
+
+
+def transport_security(host: str, port: int) -> TransportSecuritySettings | None:
+    """Over HTTP on loopback, only requests sent to this server's own address (421 for another ``Host``)
+    from no page or one of its own (403 for another ``Origin``): a web page cannot reach it by rebinding
+    its DNS name. None (the SDK's own choice) on an open address, which needs tokens."""
+    if host not in LOOPBACK:
+        return None
+    return TransportSecuritySettings(allowed_hosts=own_hosts(host, port), allowed_origins=own_origins(host, port))
 
 
 def _reported(tool: Callable[..., Any]) -> Callable[..., Any]:
@@ -282,6 +328,15 @@ def _reported(tool: Callable[..., Any]) -> Callable[..., Any]:
 def _memory(item: MemorySetItem) -> Memory:
     value = item.value if isinstance(item.value, str) else item.value.content
     return Memory(id=item.id, text=value, score=item.score, metadata=item.additional_metadata)
+
+
+def _tree(node: MemoryObject) -> dict[str, Any]:
+    """An object of working memory with everything under it, as JSON (``get_fields`` only marks objects)."""
+    out: dict[str, Any] = {}
+    for name in node.get_field_names():
+        value = node.get(name)
+        out[name] = _tree(value) if isinstance(value, MemoryObject) else _jsonable(value)
+    return out
 
 
 def _jsonable(value: Any) -> Any:
@@ -304,7 +359,7 @@ def check(settings: Settings, *, http: bool, dev: bool, host: str) -> None:
                 "memory-core mcp --http needs MEMORY_AUTH__TOKENS (bearer token -> namespace), or --dev for a "
                 "loopback-only server without auth on MEMORY_MCP__NAMESPACE"
             )
-        if host not in ("127.0.0.1", "localhost", "::1"):
+        if host not in LOOPBACK:
             raise ConfigurationError(f"--dev serves without auth on loopback only, not on {host!r}")
         if settings.mcp.namespace is None:
             raise ConfigurationError("memory-core mcp --dev needs MEMORY_MCP__NAMESPACE")

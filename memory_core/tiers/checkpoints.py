@@ -24,12 +24,14 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
+from memory_core.core.errors import InvalidRequestError
+from memory_core.core.jsoncodec import stored_model
 from memory_core.core.keys import Keys, decoded
 from memory_core.core.models import ItemId, utcnow
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import LimitsSettings
 from memory_core.core.steps import Command, Operation, Pipeline, on_redis, run, scan
-from memory_core.core.validation import check_metadata, check_text, short_repr
+from memory_core.core.validation import check_count, check_metadata, check_text, short_repr
 
 
 class Checkpoint(BaseModel):
@@ -105,7 +107,7 @@ class CheckpointOperations:
             yield Pipeline(writes)
             yield from self._trim(data, order)
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot write a checkpoint to Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "write a checkpoint", self._where) from exc
         return saved
 
     def get(
@@ -122,15 +124,15 @@ class CheckpointOperations:
             name = checkpoint_id
             raw = yield Command(lambda r: r.hget(data, name))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read a checkpoint from Redis at {self._where}: {exc}") from exc
-        return None if raw is None else Checkpoint.model_validate_json(raw)
+            raise redis_failure(exc, "read a checkpoint", self._where) from exc
+        return None if raw is None else stored_model(Checkpoint, raw, f"checkpoint {name!r}")
 
     def list(
         self, thread_id: str, *, checkpoint_ns: str = "", limit: int | None = None, before: str | None = None
     ) -> Operation[list[Checkpoint]]:
         thread_id = self._check_thread(thread_id)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise InvalidRequestError(f"limit must be a positive int or None, got {limit!r}")
+        if limit is not None:
+            check_count(limit, "limit")
         if before is not None and not isinstance(before, str):
             hint = "; pass its .id" if isinstance(before, Checkpoint) else ""
             raise InvalidRequestError(
@@ -149,8 +151,8 @@ class CheckpointOperations:
             names = [decoded(i) for i in ids or []]
             raws = (yield Command(lambda r: r.hmget(data, names))) if names else []
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot list checkpoints from Redis at {self._where}: {exc}") from exc
-        return [Checkpoint.model_validate_json(raw) for raw in raws if raw is not None]
+            raise redis_failure(exc, "list checkpoints", self._where) from exc
+        return [stored_model(Checkpoint, raw, f"checkpoint {n!r}") for n, raw in zip(names, raws, strict=False) if raw]
 
     def delete_thread(self, thread_id: str) -> Operation[int]:
         thread_id = self._check_thread(thread_id)
@@ -163,7 +165,7 @@ class CheckpointOperations:
             if found:
                 yield Command(lambda r: r.delete(*found))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot delete checkpoints in Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "delete checkpoints", self._where) from exc
         return sum(int(size) for size in sizes)
 
     def _trim(self, data: str, order: str) -> Operation[None]:
@@ -234,7 +236,10 @@ class CheckpointStore:
     def list(
         self, thread_id: str, *, checkpoint_ns: str = "", limit: int | None = None, before: str | None = None
     ) -> list[Checkpoint]:
-        """The thread's checkpoints, newest first; ``before`` (an id) starts just after that checkpoint."""
+        """The thread's checkpoints, newest first; ``before`` (an id) starts just after that checkpoint.
+
+        ``limit``: the most to return, an int from 1 to 1000000; None for all.
+        """
         operation = self._ops.list(thread_id, checkpoint_ns=checkpoint_ns, limit=limit, before=before)
         return run(operation, self._perform)
 

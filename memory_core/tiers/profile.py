@@ -20,8 +20,10 @@ from typing import Any
 
 import redis
 
-from memory_core.core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
+from memory_core.core.errors import InvalidRequestError, MemorySetNotFound
+from memory_core.core.jsoncodec import stored_object
 from memory_core.core.models import MemorySet, utcnow
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import LimitsSettings
 from memory_core.core.steps import Command, LongTermSteps, Operation, Optimistic
 from memory_core.core.validation import check_metadata
@@ -79,9 +81,9 @@ class ProfileOperations:
         try:
             raw = yield Command(lambda r: r.get(self._key))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read profile {self.user_id!r} from Redis: {exc}") from exc
+            raise redis_failure(exc, f"read profile {self.user_id!r}") from exc
         if raw is not None:
-            document: dict[str, Any] = json.loads(raw)
+            document = stored_object(raw, f"profile {self.user_id!r}")
             return document
         return (yield from self._restore())
 
@@ -96,7 +98,7 @@ class ProfileOperations:
 
         def merged(raw: Any) -> list[Callable[[Any], Any]]:
             nonlocal updated
-            base = json.loads(raw) if raw is not None else dict(current)
+            base = stored_object(raw, f"profile {self.user_id!r}") if raw is not None else dict(current)
             base.pop("last_updated", None)
             updated = {**merge_patch(base, partial), "last_updated": utcnow().isoformat()}
             check_metadata(updated, "profile", self._limits)
@@ -106,7 +108,7 @@ class ProfileOperations:
         try:
             yield Optimistic(self._key, merged)
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot update profile {self.user_id!r} in Redis: {exc}") from exc
+            raise redis_failure(exc, f"update profile {self.user_id!r}") from exc
         text = "\n".join(render({k: v for k, v in updated.items() if k != "last_updated"})) or "(empty profile)"
         profile_set = yield from self._profile_set()
         yield from self._long_term.add(profile_set, [text], [ITEM_ID], [{"profile": updated}], {}, wait=True)
@@ -117,7 +119,7 @@ class ProfileOperations:
         try:
             yield Command(lambda r: r.delete(self._key))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot delete profile {self.user_id!r} in Redis: {exc}") from exc
+            raise redis_failure(exc, f"delete profile {self.user_id!r}") from exc
         try:
             yield from self._long_term.delete(self._set_name, [ITEM_ID])
         except MemorySetNotFound:

@@ -34,8 +34,10 @@ from typing import Any, Self
 
 import redis
 
-from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
+from memory_core.core.errors import InvalidRequestError
+from memory_core.core.jsoncodec import stored_object
 from memory_core.core.keys import decoded
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.steps import Command, Operation, Pipeline, Step, on_redis, run
 from memory_core.core.validation import MAX_TTL_SECONDS, check_text, short_repr
 
@@ -147,8 +149,8 @@ class _State:
         try:
             raw = yield Command(lambda r: r.hgetall(self.redis_key))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read short-term memory from Redis at {self.where}: {exc}") from exc
-        self._snapshot = {decoded(k): json.loads(v) for k, v in raw.items()}
+            raise redis_failure(exc, "read short-term memory", self.where) from exc
+        self._snapshot = {decoded(k): stored_object(v, f"short-term field {decoded(k)!r}") for k, v in raw.items()}
 
     def _loaded(self) -> dict[str, dict[str, Any]]:
         if self._snapshot is None:
@@ -235,7 +237,7 @@ class _State:
             yield Pipeline(commands)
         except redis.RedisError as exc:
             # Nothing is lost: the buffer is kept, and persist() can be called again.
-            raise BrokerUnavailable(f"cannot persist short-term memory to Redis at {self.where}: {exc}") from exc
+            raise redis_failure(exc, "persist short-term memory", self.where) from exc
         for field in deletes:
             snapshot.pop(field, None)
         snapshot.update({f: e for f, e in self._pending.items() if e is not None})
@@ -278,13 +280,15 @@ class MemoryObject:
         return self._at(field) if "o" in entry else decode_value(entry["v"])
 
     def set(self, path: str, value: Any, *, ttl: float | None = None) -> None:
-        """Sets ``path`` to ``value``, creating the objects above it; ``ttl`` seconds makes it expire.
+        """Sets ``path`` to ``value``, creating the objects above it; ``ttl`` seconds makes it expire (a finite
+        number above 0 and at most 3153600000, 100 years).
 
         Raises ``ValueError`` when ``path`` (or a step above it) holds the other kind (object vs value),
         ``InvalidRequestError`` (a ``ValueError``) when ``path`` is not valid (empty names, not UTF-8) or
         ``value`` is out of bounds, and ``TypeError`` when ``value`` is not storable. Nothing is buffered then.
         """
         field = self._absolute(path)
+        expiry = _expiry(ttl, field)  # before anything is buffered: a bad ttl leaves no parent objects behind
         encoded = encode_value(value, field)
         size = len(json.dumps(encoded).encode())
         if size > self._state.max_value_bytes:
@@ -297,14 +301,14 @@ class MemoryObject:
             if existing is not None and "o" in existing:
                 raise ValueError(f"{field!r} is an object; remove it first, or set a field inside it")
             self._make_parents(field)
-            self._state.put(field, {"v": encoded, **_expiry(ttl, field)})
+            self._state.put(field, {"v": encoded, **expiry})
 
     def new_object(self, path: str, *, overwrite: bool = False, ttl: float | None = None) -> MemoryObject:
         """Creates an empty object at ``path`` (and the objects above it) and returns it.
 
         An existing object is returned as it is, unless ``overwrite=True`` replaces it with an empty one.
-        An existing value raises ``ValueError`` unless ``overwrite=True``. ``ttl`` seconds makes the
-        object, and everything in it, expire.
+        An existing value raises ``ValueError`` unless ``overwrite=True``. ``ttl`` seconds (as for ``set``)
+        makes the object, and everything in it, expire.
         """
         field = self._absolute(path)
         expiry = _expiry(ttl, field)
@@ -528,6 +532,6 @@ def _expiry(ttl: float | None, field: str) -> dict[str, float]:
     # and NaN and inf fail the comparison anyway.
     if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 < ttl <= MAX_TTL_SECONDS:
         raise InvalidRequestError(
-            f"ttl for {field!r} must be a positive number of seconds up to {MAX_TTL_SECONDS}, got {ttl!r}"
+            f"ttl for {field!r} must be a positive number of seconds up to {MAX_TTL_SECONDS}, got {short_repr(ttl)}"
         )
     return {"x": time.time() + ttl}

@@ -17,7 +17,7 @@ from typing import Any
 from celery import signals
 
 from memory_core.core import routing
-from workers.app import app
+from memory_core.workers.app import app
 
 __all__ = ["app"]
 

@@ -21,11 +21,11 @@ from memory_core import CompactionConfig, MemoryClient
 from memory_core.core import routing
 from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 from tests.integration.in_thread import in_thread_worker
 from tests.integration.processes import celery_process
 from tests.integration.waiting import wait_for
-from workers import services
-from workers.app import create_app
 
 SETS = 3
 WRITERS = 4

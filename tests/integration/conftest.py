@@ -18,8 +18,8 @@ from celery import Celery
 from memory_core import MemoryClient
 from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
-from workers import services
-from workers.app import create_app
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 
 from .in_thread import in_thread_worker
 from .waiting import flush_keeping_heartbeats
@@ -48,6 +48,11 @@ def make_settings(redis_url: str, data_dir: Path, **overrides: object) -> Settin
     values: dict[str, object] = {
         "redis": {"url": redis_url, "key_prefix": "mctest"},
         "qdrant": {"backend": "edge", "path": data_dir},
+        # Backups and run files beside the store, never in the user's data directory.
+        "stack": {
+            "run_dir": data_dir.with_name(f"{data_dir.name}-run"),
+            "backup_dir": data_dir.with_name(f"{data_dir.name}-backups"),
+        },
         "celery": {"concurrency": 2, "max_retries": 2, "retry_backoff_max": 1},
         "client": {"timeout": 30},
         "metrics": {"port": 0},  # in-thread workers serve metrics on a free port, never a fixed one

@@ -83,7 +83,7 @@ def start_redis(port: int, log: Path, *options: str, **client_options: Any) -> s
 
 @contextlib.contextmanager
 def celery_process(
-    kind: str, env: dict[str, str], log: Path, *extra: str, app: str = "workers.app"
+    kind: str, env: dict[str, str], log: Path, *extra: str, app: str = "memory_core.workers.app"
 ) -> Iterator[subprocess.Popen[bytes]]:
     """``celery -A <app> <kind>`` with ``env`` added; for a worker, waits until it is ready."""
     command = [CELERY, "-A", app, kind, "-l", "INFO", *extra]

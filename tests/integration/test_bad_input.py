@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MemorySet
-from memory_core.core.validation import MAX_TTL_SECONDS
+from memory_core import AsyncMemoryClient, ChatMessage, InvalidRequestError, MemoryClient, MemorySet
+from memory_core.client.admin import Admin
+from memory_core.core.validation import MAX_TTL_SECONDS, short_repr
 
 from .conftest import make_settings
 from .waiting import phantom_worker, queued_tasks
@@ -186,3 +189,214 @@ def test_values_at_the_edges_of_every_bound_are_stored_and_returned_exactly(clie
     assert got["c"].expires_at == latest
     assert [i.id for i in notes.search("a", filters={"hi": 2**63 - 1})] == ["a"]
     assert [i.id for i in notes.search("a", filters={"lo": [-(2**63), 5]})] == ["a"]
+
+
+# -- every numeric argument of the client and the tiers -------------------------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+COUNT_BAD = [-1, 2**63, True, 2.5, NAN]
+"""Out of range for any count: below every minimum, past every maximum (and int64), a bool, a float."""
+SECONDS_BAD = [0, -1, 2**63, 10**400, True, NAN, INF, -INF, "5"]
+"""Out of range for any duration: none, negative, past every maximum, past float range, a bool, not finite."""
+
+Call = Callable[[Any], object]
+"""Calls the API with the value under test as the argument under test."""
+
+
+def _capacity(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").get_or_create_memory_set("ok", capacity=v)
+
+
+def _context_window(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").get_or_create_memory_set("ok", context_window=v)
+
+
+def _dedup_threshold(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").get_or_create_memory_set("ok", dedup_threshold=v)
+
+
+def _ttl_seconds(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").get_or_create_memory_set("ok", ttl_seconds=v)
+
+
+def _importance(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").add(TEXT_SET, ["x"], importance=v)
+
+
+def _item_ttl(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").add(TEXT_SET, ["x"], ttl=v)
+
+
+def _search_limit(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").search(TEXT_SET, "q", limit=v)
+
+
+def _compact_timeout(client: MemoryClient) -> Call:
+    return lambda v: client.long_term("tenant", "k").compact(TEXT_SET, timeout=v)
+
+
+def _receipt_timeout(client: MemoryClient) -> Call:
+    receipt = client.long_term("tenant", "k").submit(TEXT_SET, ["x"])  # one task, queued before the snapshot
+    return lambda v: receipt.wait(timeout=v)
+
+
+def _recall_limit(client: MemoryClient) -> Call:
+    return lambda v: client.recall("tenant", "k", "q", limit=v)
+
+
+def _recall_token_budget(client: MemoryClient) -> Call:
+    return lambda v: client.recall("tenant", "k", "q", token_budget=v)
+
+
+def _short_term_ttl(client: MemoryClient) -> Call:
+    return lambda v: client.short_term("tenant", "run", ttl=v)
+
+
+def _short_term_path_ttl(client: MemoryClient) -> Call:
+    def call(v: Any) -> None:
+        # A clean exit persists what was buffered: a refused set must have buffered nothing, its parents
+        # included, or they would be written now.
+        with client.short_term("tenant", "run") as state, pytest.raises(InvalidRequestError) as raised:
+            state.set("a.b", 1, ttl=v)
+        raise raised.value
+
+    return call
+
+
+def _session_ttl(client: MemoryClient) -> Call:
+    return lambda v: client.session("tenant", "s", ttl=v)
+
+
+def _session_max_messages(client: MemoryClient) -> Call:
+    return lambda v: client.session("tenant", "s", max_messages=v)
+
+
+def _strategy(name: str) -> Callable[[MemoryClient], Call]:
+    def prepare(client: MemoryClient) -> Call:
+        return lambda v: getattr(client.session("tenant", "s"), name)(v)
+
+    return prepare
+
+
+def _fold_max_tokens(client: MemoryClient) -> Call:
+    return lambda v: client.session("tenant", "s").fold(v)
+
+
+def _history_last(client: MemoryClient) -> Call:
+    return lambda v: client.session("tenant", "s").history.entries(last=v)
+
+
+def _checkpoint_limit(client: MemoryClient) -> Call:
+    return lambda v: client.checkpoints("tenant").list("t", limit=v)
+
+
+def _backup_timeout(client: MemoryClient) -> Call:
+    return lambda v: Admin(client).backup("b1", timeout=v)
+
+
+NUMERIC_ARGUMENTS: list[tuple[str, str, Callable[[MemoryClient], Call], list[object]]] = [
+    ("capacity", "capacity", _capacity, [0, *COUNT_BAD, 1_000_001]),
+    ("context_window", "context_window", _context_window, [*COUNT_BAD, 17]),
+    ("dedup_threshold", "dedup_threshold", _dedup_threshold, [0, -1, 2**63, 1.01, True, NAN, INF]),
+    ("ttl_seconds", "ttl_seconds", _ttl_seconds, [0, *COUNT_BAD, MAX_TTL_SECONDS + 1]),
+    ("add-importance", "importance", _importance, [-1, 2**63, 1.01, True, NAN, INF]),
+    ("add-ttl", "ttl", _item_ttl, [0, *COUNT_BAD, MAX_TTL_SECONDS + 1]),
+    ("search-limit", "limit", _search_limit, [0, *COUNT_BAD, 101]),
+    ("compact-timeout", "timeout", _compact_timeout, SECONDS_BAD),
+    ("receipt-timeout", "timeout", _receipt_timeout, SECONDS_BAD),
+    ("recall-limit", "limit", _recall_limit, [0, *COUNT_BAD, 101]),
+    ("recall-token_budget", "token_budget", _recall_token_budget, [0, *COUNT_BAD, 10_000_001]),
+    ("short_term-ttl", "ttl", _short_term_ttl, [*COUNT_BAD, MAX_TTL_SECONDS + 1]),
+    ("short_term-set-ttl", "ttl", _short_term_path_ttl, [*SECONDS_BAD, MAX_TTL_SECONDS + 1]),
+    ("session-ttl", "ttl", _session_ttl, [*COUNT_BAD, MAX_TTL_SECONDS + 1]),
+    ("session-max_messages", "max_messages", _session_max_messages, [0, 1, *COUNT_BAD, 1_000_001]),
+    ("window-k", "k", _strategy("window"), [*COUNT_BAD, 500_001]),
+    ("entity-k", "k", _strategy("entity"), [*COUNT_BAD, 500_001]),
+    ("vector-k", "k", _strategy("vector"), [0, *COUNT_BAD, 101]),
+    ("token_buffer-max_tokens", "max_tokens", _strategy("token_buffer"), [0, *COUNT_BAD, 10_000_001]),
+    ("summary-max_tokens", "max_tokens", _strategy("summary"), [0, *COUNT_BAD, 10_000_001]),
+    ("fold-max_tokens", "max_tokens", _fold_max_tokens, [*COUNT_BAD, 10_000_001]),
+    ("history-last", "last", _history_last, [*COUNT_BAD, 1_000_001]),
+    ("checkpoints-limit", "limit", _checkpoint_limit, [0, *COUNT_BAD, 1_000_001]),
+    ("backup-timeout", "timeout", _backup_timeout, SECONDS_BAD),
+]
+
+
+def _value_id(value: object) -> str:
+    return "huge-int" if isinstance(value, int) and value.bit_length() > 64 else repr(value)
+
+
+def _written(client: MemoryClient) -> set[bytes]:
+    """The idle deployment's keys in Redis (caches, state, queues), but the phantom worker's heartbeats."""
+    keys = client.dispatcher_redis.scan_iter(match=f"{client.settings.redis.key_prefix}*", count=1000)
+    return {key for key in keys if b"!ops" not in key}
+
+
+def _names_it(raised: pytest.ExceptionInfo[InvalidRequestError], argument: str, value: object) -> None:
+    message = str(raised.value)
+    assert argument in message.replace(":", " ").split() or f"{argument} " in message, message
+    assert short_repr(value) in message, message
+
+
+@pytest.mark.parametrize(
+    ("argument", "prepare", "value"),
+    [
+        pytest.param(argument, prepare, value, id=f"{case}-{_value_id(value)}")
+        for case, argument, prepare, values in NUMERIC_ARGUMENTS
+        for value in values
+    ],
+)
+def test_every_numeric_argument_out_of_range_is_refused_naming_it_with_nothing_written_or_sent(
+    idle_client: MemoryClient, argument: str, prepare: Callable[[MemoryClient], Call], value: object
+):
+    call = prepare(idle_client)
+    written, queued = _written(idle_client), _queued(idle_client)
+    with pytest.raises(InvalidRequestError) as raised:
+        call(value)
+    _names_it(raised, argument, value)
+    assert _written(idle_client) == written
+    assert _queued(idle_client) == queued
+
+
+def test_the_numeric_argument_checks_see_what_is_written_and_sent(idle_client: MemoryClient):
+    # Guards the test above: an accepted value of the same calls shows up in the key and task counts.
+    written, queued = _written(idle_client), _queued(idle_client)
+    with idle_client.short_term("tenant", "run") as state:
+        state.set("a.b", 1, ttl=60)
+    idle_client.long_term("tenant", "k").add(TEXT_SET, ["x"], importance=1, ttl=60, wait=False)
+    assert len(_written(idle_client)) > len(written)
+    assert _queued(idle_client) == queued + 1
+
+
+def test_the_asyncio_client_runs_the_same_checks(idle_client: MemoryClient):
+    async def scenario() -> list[str]:
+        async with AsyncMemoryClient(idle_client.settings) as client:
+            memory = client.long_term("tenant", "k")
+            receipt = await memory.submit(TEXT_SET, ["x"])
+            calls: list[Callable[[], Any]] = [
+                lambda: memory.get_or_create_memory_set("ok", capacity=2**63),
+                lambda: memory.get_or_create_memory_set("ok", ttl_seconds=MAX_TTL_SECONDS + 1),
+                lambda: memory.search(TEXT_SET, "q", limit=True),
+                lambda: memory.compact(TEXT_SET, timeout=NAN),
+                lambda: receipt.wait(timeout=-1),
+                lambda: client.recall("tenant", "k", "q", token_budget=2**63),
+                lambda: client.session("tenant", "s").entries(last=-1),
+                lambda: client.session("tenant", "s").fold(True),
+                lambda: client.checkpoints("tenant").list("t", limit=0),
+            ]
+            messages = []
+            for call in calls:
+                with pytest.raises(InvalidRequestError) as raised:
+                    await call()
+                messages.append(str(raised.value))
+            return messages
+
+    def state() -> set[bytes]:  # the deployment's keys but its queues (the submit's task is in one)
+        return {key for key in _written(idle_client) if key.startswith(b"mcidle:")}
+
+    queued, written = _queued(idle_client), state()
+    messages = asyncio.run(scenario())
+    expected = ["capacity", "ttl_seconds", "limit", "timeout", "timeout", "token_budget", "last", "max_tokens", "limit"]
+    assert all(name in message for name, message in zip(expected, messages, strict=True)), messages
+    assert state() == written
+    assert _queued(idle_client) == queued + 1  # the submit above, and nothing else

@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from kombu import Connection, Exchange, Queue
 
-from workers.broker import Transport
+from memory_core.workers.broker import Transport
 
 
 def _consume_and_ack(connection: Connection, queue: Queue, count: int) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from memory_core import MemoryClient, MemoryCoreError
 from memory_core.core.settings import Settings
-from workers import services
+from memory_core.workers import services
 
 
 def _no_tasks(client: MemoryClient, monkeypatch: pytest.MonkeyPatch) -> None:

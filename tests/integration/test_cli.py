@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -344,3 +345,135 @@ def test_version_and_a_reader_that_goes_away(client: MemoryClient, settings: Set
         assert export.wait(timeout=60) == 0, stderr
     assert "Traceback" not in stderr
     assert "BrokenPipe" not in stderr
+
+
+def test_status_reports_the_store_the_workers_serve_not_this_directorys(
+    settings: Settings, tmp_path: Path, client: MemoryClient, namespace: str
+):
+    client.long_term(namespace, "u").get_or_create_memory_set("notes").add(["a fact"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # The shell's own default would be another directory: the CLI reports what the workers say, not its settings.
+    env = {"XDG_DATA_HOME": str(tmp_path / "xdg")}
+    report = ok(run(settings, elsewhere, "status", "--json", **env))
+    served = str(settings.qdrant.path.resolve())
+    (store,) = report["stores"]
+    assert (store["backend"], store["location"]) == ("edge", served)
+    assert store["bytes"] > 0
+    text = ok(run(settings, elsewhere, "status", **env))
+    assert f"store    edge at {served} on " in text
+    assert str(elsewhere) not in text
+    assert str(tmp_path / "xdg") not in text
+
+
+def test_status_with_redis_down_exits_3_naming_the_url(settings: Settings, tmp_path: Path):
+    done = run(settings, tmp_path, "status", MEMORY_REDIS__URL="redis://127.0.0.1:1/0")
+    assert done.returncode == 3, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "redis://127.0.0.1:1/0" in line
+    assert "MEMORY_REDIS__URL" in line
+
+
+def test_status_counts_the_dead_letters_that_name_no_namespace_as_ops(
+    settings: Settings, tmp_path: Path, namespace: str, raw_redis: Any
+):
+    from memory_core.core.keys import Keys
+
+    keys = Keys(settings.redis.key_prefix)
+    letter = {"task": "memory.add", "task_id": "t1", "kwargs": {}, "error": {"type": "X"}, "failed_at": "now"}
+    raw_redis.rpush(keys.dead_letters(namespace), json.dumps(letter))
+    raw_redis.sadd(keys.dead_letter_namespaces(), namespace)
+    raw_redis.rpush(keys.unroutable_dead_letters(), json.dumps(letter), json.dumps(letter))
+    report = ok(run(settings, tmp_path, "status", "--json"))
+    assert report["dead_letters"]["by_namespace"] == {namespace: 1, "!ops": 2}
+    assert report["dead_letters"]["total"] == 3
+    text = ok(run(settings, tmp_path, "status"))
+    assert f"dead     3 dead letters ({namespace}: 1, !ops: 2)" in text
+    listed = ok(run(settings, tmp_path, "dead-letters", "list", "--namespace", "!ops", "--json"))
+    assert len(listed) == 2  # the namespace status names is one `dead-letters list` takes
+
+
+def test_dead_letters_says_when_there_are_none_and_refuses_a_malformed_namespace(settings: Settings, tmp_path: Path):
+    empty = run(settings, tmp_path, "dead-letters", "list")
+    assert empty.returncode == 0
+    assert empty.stdout == ""
+    assert "no dead letters" in empty.stderr
+    one = run(settings, tmp_path, "dead-letters", "list", "--namespace", "acme")
+    assert "namespace 'acme' has no dead letters" in one.stderr
+    for action in (["list"], ["replay"], ["drop", "--yes"]):
+        bad = run(settings, tmp_path, "dead-letters", *action, "--namespace", "bad ns")
+        assert bad.returncode == 2, (action, bad.stderr)
+        assert "namespace 'bad ns' is invalid" in bad.stderr
+
+
+def test_items_get_of_an_unknown_id_names_it_and_the_set(settings: Settings, tmp_path: Path, namespace: str):
+    ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes"))
+    ok(run(settings, tmp_path, "items", "add", namespace, "u", "notes", stdin='{"value": "tea", "id": "known"}\n'))
+    missing = run(settings, tmp_path, "items", "get", namespace, "u", "notes", "nope")
+    assert missing.returncode == 1
+    assert missing.stdout == ""
+    (line,) = missing.stderr.strip().splitlines()
+    assert "'nope'" in line
+    assert "'notes'" in line
+    partly = run(settings, tmp_path, "items", "get", namespace, "u", "notes", "known", "nope")
+    assert partly.returncode == 0
+    assert partly.stdout.startswith("known  tea")
+    assert "'nope'" in partly.stderr
+
+
+def test_the_top_level_help_lists_every_command_down_to_its_action(settings: Settings, tmp_path: Path):
+    from memory_core.cli import build_parser, command_helps
+
+    done = run(settings, tmp_path, "--help")
+    assert done.returncode == 0, done.stderr
+    commands = command_helps(build_parser())
+    assert {"sets create", "dead-letters replay", "status", "worker"} <= set(commands)
+    for words, text in commands.items():
+        assert f"  {words} " in done.stdout, words
+        assert text.split()[0] in done.stdout
+
+
+def test_a_worker_is_refused_an_unknown_queue_naming_the_known_ones(settings: Settings, tmp_path: Path):
+    done = run(settings, tmp_path, "worker", "-Q", "memory.write,memory.bogus", MEMORY_QDRANT__PATH=str(tmp_path / "q"))
+    assert done.returncode == 2, done.stderr
+    assert "'memory.bogus'" in done.stderr
+    assert "memory.write, memory.read, memory.maintenance, memory.compaction" in done.stderr
+    excluded = run(settings, tmp_path, "worker", "-X", "memory.nope", MEMORY_QDRANT__PATH=str(tmp_path / "q"))
+    assert excluded.returncode == 2, excluded.stderr
+    assert "'memory.nope'" in excluded.stderr
+
+
+@pytest.mark.timeout(180)
+def test_worker_log_lines_name_the_task_inside_one_and_nothing_outside(settings: Settings, tmp_path: Path):
+    from .conftest import make_settings
+    from .processes import stop
+
+    prefix = "mclog"  # a deployment of its own: the session's worker takes none of these tasks
+    env = {
+        "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+        "MEMORY_REDIS__URL": settings.redis.url,
+        "MEMORY_REDIS__KEY_PREFIX": prefix,
+        "MEMORY_QDRANT__PATH": str(tmp_path / "store"),
+        "MEMORY_METRICS__ENABLED": "false",
+    }
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([CLI, "worker"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while " ready." not in log.read_text(errors="replace"):
+            assert process.poll() is None, log.read_text(errors="replace")[-2000:]
+            assert time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.2)
+        other = make_settings(
+            settings.redis.url, tmp_path / "unused", redis={"url": settings.redis.url, "key_prefix": prefix}
+        )
+        with MemoryClient(other) as mine:
+            receipt = mine.forget("acme")
+    finally:
+        stop(process)
+    text = log.read_text(errors="replace")
+    assert "???" not in text
+    erased = next(line for line in text.splitlines() if "erased namespace acme" in line)
+    assert "[memory.forget(" in erased, erased
+    assert receipt.namespace == "acme"

@@ -77,7 +77,9 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
     status = ok_json(cli(env, tmp_path, "status", "--json"))
     assert status["processes"]["worker"]["running"]
     assert status["processes"]["flower"]["running"]
-    assert status["store"]["location"] == str(tmp_path / "qdrant")
+    (store,) = status["stores"]  # as the worker reports it
+    assert store["location"] == str(tmp_path / "qdrant")
+    assert isinstance(store["bytes"], int)  # measured by the worker (a fresh store may hold next to nothing)
     assert status["queues"] == {"memory.write": 0, "memory.read": 0, "memory.maintenance": 0, "memory.compaction": 0}
     flower = f"http://127.0.0.1:{env['MEMORY_FLOWER__PORT']}"
     wait_for(lambda: _answers(f"{flower}/healthcheck"), 60)

@@ -14,8 +14,8 @@ from memory_core import ChatMessage, CompactionConfig, MemoryClient, SummarizerE
 from memory_core.core import routing
 from memory_core.core.models import DatetimeRange, MessageRole
 from memory_core.testing.fake_anthropic import FakeAnthropic
-from workers import services
-from workers.app import create_app
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker

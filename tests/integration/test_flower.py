@@ -1,9 +1,11 @@
-"""ops/flower: basic auth unless --dev, credentials never on the command line, refuses to run open by mistake."""
+"""memory-core flower: basic auth always (--dev: a password made for the run), credentials never on the command
+line, refuses to run open by mistake."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
+
+from memory_core.cli.stack import flower_launch
+from memory_core.core.settings import Settings
 
 from .processes import free_port, stop
 
@@ -65,12 +70,42 @@ def test_flower_without_credentials_refuses_to_start(redis_url: str):
     assert "--dev" in done.stderr
 
 
+def _printed_credentials(log: Path) -> tuple[str, str]:
+    found = re.search(r"user (\S+), password (\S+) \(made for this run\)", log.read_text())
+    assert found, log.read_text()
+    return found[1], found[2]
+
+
 @pytest.mark.slow
-def test_dev_mode_is_open_but_only_on_loopback(redis_url: str, tmp_path: Path):
+def test_dev_mode_listens_on_loopback_only_and_asks_for_the_password_it_printed(redis_url: str, tmp_path: Path):
     env = {"MEMORY_FLOWER__ADDRESS": "0.0.0.0"}  # dev mode overrides it
-    with flower(redis_url, tmp_path / "flower.log", "--dev", **env) as (process, url):
-        assert httpx.get(f"{url}/workers", timeout=5).status_code == 200
-        assert b"--address=127.0.0.1" in Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    log = tmp_path / "flower.log"
+    with flower(redis_url, log, "--dev", **env) as (process, url):
+        user, password = _printed_credentials(log)
+        port = url.rsplit(":", 1)[1]
+        # A page that rebinds its DNS name to 127.0.0.1 has no credentials for its own origin: refused.
+        rebound = {"Host": f"rebound.example:{port}"}
+        assert httpx.get(f"{url}/workers", headers=rebound, timeout=5).status_code == 401
+        assert httpx.post(f"{url}/api/worker/shutdown/any", headers=rebound, timeout=5).status_code == 401
+        assert httpx.get(f"{url}/workers", timeout=5).status_code == 401
+        assert httpx.get(f"{url}/workers", auth=(user, "guessed"), timeout=5).status_code == 401
+        assert httpx.get(f"{url}/workers", auth=(user, password), timeout=5).status_code == 200
+        assert httpx.get(f"{url}/api/workers", auth=(user, password), timeout=10).status_code == 200
+        command_line = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+        assert b"--address=127.0.0.1" in command_line
+        assert password.encode() not in command_line
+    assert log.read_text().count(password) == 1  # the line printed for the terminal, nothing Flower logged
+
+
+def test_each_dev_run_makes_a_password_of_its_own(settings: Settings, capsys: pytest.CaptureFixture[str]):
+    passwords = set()
+    for _ in range(2):
+        _, env = flower_launch(settings, dev=True, extra=[])
+        user, password = env["FLOWER_BASIC_AUTH"].split(":")
+        assert f"user {user}, password {password} " in capsys.readouterr().err
+        assert len(password) >= 20
+        passwords.add(password)
+    assert len(passwords) == 2
 
 
 def test_a_malformed_credential_is_refused_without_echoing_it(redis_url: str):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 import uuid
@@ -14,9 +15,11 @@ from typing import Any
 import httpx
 import pytest
 from celery import Celery
+from openapi_spec_validator import validate as validate_openapi
 
 from memory_core.core import routing
 from memory_core.core.settings import Settings
+from memory_core.servers.http.errors import ERRORS, HTTP_CODES, INTERNAL_ERROR
 from memory_core.testing.fake_anthropic import FakeAnthropic
 
 from .processes import CLI, client_env, free_port, stop
@@ -323,6 +326,124 @@ def test_probes_and_the_openapi_document(api: str):
         assert schemas[model].get("examples"), model
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
+    validate_openapi(spec)  # a valid OpenAPI document, for the generators that read it
+    ids = [op["operationId"] for ops in paths.values() for op in ops.values()]
+    assert len(ids) == len(set(ids))
+    # Generated clients name their methods after these: they are a contract, like the paths.
+    assert set(ids) == {
+        *("list_sets", "put_set", "get_set", "delete_set", "set_size", "compact_set", "search"),
+        *("add_items", "get_items", "get_item", "delete_items", "delete_item"),
+        *("get_state", "patch_state", "clear_state", "get_state_path", "put_state_path", "delete_state_path"),
+        *("put_checkpoint", "list_checkpoints", "latest_checkpoint", "get_checkpoint", "delete_thread"),
+        *("recall", "forget_key", "forget_namespace", "get_usage", "healthz", "readyz"),
+    }
+
+
+def _unbounded(schema: dict[str, Any], schemas: dict[str, Any], where: str, seen: set[str]) -> list[str]:
+    """The numbers in ``schema`` (following references, once each) that have no minimum or no maximum."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        if name in seen:
+            return []
+        seen.add(name)
+        return _unbounded(schemas[name], schemas, name, seen)
+    found = []
+    if schema.get("type") in ("integer", "number"):
+        low = "minimum" in schema or "exclusiveMinimum" in schema
+        high = "maximum" in schema or "exclusiveMaximum" in schema
+        if not (low and high):
+            found.append(where)
+    for branch in (*schema.get("anyOf", ()), *schema.get("allOf", ()), *schema.get("oneOf", ())):
+        found += _unbounded(branch, schemas, where, seen)
+    if "items" in schema:
+        found += _unbounded(schema["items"], schemas, f"{where}[]", seen)
+    for name, prop in schema.get("properties", {}).items():
+        found += _unbounded(prop, schemas, f"{where}.{name}", seen)
+    if isinstance(schema.get("additionalProperties"), dict):
+        found += _unbounded(schema["additionalProperties"], schemas, f"{where}.*", seen)
+    return found
+
+
+def test_every_number_a_route_takes_has_a_documented_range(api: str):
+    spec = _ok(httpx.get(f"{api}/openapi.json"))
+    schemas = spec["components"]["schemas"]
+    unbounded = []
+    for path, ops in spec["paths"].items():
+        for method, op in ops.items():
+            for param in op.get("parameters", ()):
+                unbounded += _unbounded(param["schema"], schemas, f"{method} {path} ?{param['name']}", set())
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+            if body is not None:
+                unbounded += _unbounded(body, schemas, f"{method} {path} body", set())
+    assert unbounded == []
+
+
+def test_numbers_out_of_range_are_refused_at_the_door_naming_value_and_range(as_a: httpx.Client, key: str):
+    notes = f"/keys/{key}/sets/notes"
+    huge = 2**63
+    listed = _error(as_a.get(f"/threads/{key}/checkpoints", params={"limit": huge}), 400)  # was a 503 from Redis
+    assert listed["field"] == "limit"
+    assert str(huge) in listed["message"]
+    assert "1000000" in listed["message"]
+    refused = [
+        (as_a.put(notes, json={"capacity": 10**30}), "capacity", "1000000"),
+        (as_a.put(notes, json={"context_window": 17}), "context_window", "16"),
+        (as_a.put(notes, json={"eviction": {"max_items": huge}}), "eviction.max_items", "1000000000"),
+        (as_a.post(notes + "/search", json={"query": "x", "filters": {"n": huge}}), "filters.n", str(2**63 - 1)),
+        (as_a.post(notes + "/search", json={"query": "tea", "limit": 10**6}), "limit", "10000"),
+        (as_a.post(notes + "/items", json={"items": ["x"], "ttl": huge}), "ttl", "3153600000"),
+        (as_a.post(notes + "/items", json={"items": ["x"], "importance": [2]}), "importance.0", "1"),
+        (as_a.put(f"/keys/{key}/state/plan", json={"value": 1, "ttl": 1e12}), "ttl", "3153600000"),
+        (as_a.post(f"/keys/{key}/recall", json={"query": "x", "token_budget": huge}), "token_budget", "10000000"),
+    ]
+    for response, field, bound in refused:
+        error = _error(response, 400)
+        assert (error["code"], error["field"]) == ("invalid_request", field), error
+        assert bound in error["message"], error
+    assert _ok(as_a.get(f"/keys/{key}/state")) == {"state": {}}
+    assert _error(as_a.get(notes), 404)["code"] == "memory_set_not_found"
+    kept = _ok(as_a.put(notes, json={"eviction": {"max_items": 5, "policy": "importance"}}))  # within range
+    assert kept["eviction"] == {"max_items": 5, "policy": "importance"}
+
+
+def test_non_finite_numbers_are_refused_by_every_route_family(as_a: httpx.Client, key: str):
+    def send(method: str, path: str, body: str) -> dict[str, Any]:
+        response = as_a.request(method, path, content=body, headers={"content-type": "application/json"})
+        return _error(response, 400)
+
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={}))
+    attempts = [
+        ("PUT", f"/keys/{key}/sets/other", '{"dedup_threshold": NaN}', "NaN"),
+        ("POST", notes + "/items", '{"items": ["x"], "metadatas": [{"score": {"deep": [Infinity]}}]}', "Infinity"),
+        ("POST", notes + "/search", '{"query": "x", "filters": {"n": -Infinity}}', "-Infinity"),
+        ("PUT", f"/keys/{key}/state/plan", '{"value": NaN}', "NaN"),
+        ("PUT", f"/keys/{key}/state/plan", '{"value": {"a": [1, {"b": 1e999}]}}', "1e999"),
+        ("PATCH", f"/keys/{key}/state", '{"values": {"plan.step": 1, "plan.score": Infinity}}', "Infinity"),
+        ("POST", f"/threads/{key}/checkpoints", '{"checkpoint": {"step": [NaN]}}', "NaN"),
+        ("POST", f"/keys/{key}/recall", '{"query": "x", "limit": NaN}', "NaN"),
+    ]
+    for method, path, body, token in attempts:
+        error = send(method, path, body)
+        assert (error["code"], error["field"]) == ("invalid_request", "body"), (path, error)
+        assert token in error["message"], (path, error)
+        assert "finite" in error["message"], (path, error)
+    # Nothing of it was written: state was stored as null before.
+    assert _ok(as_a.get(f"/keys/{key}/state")) == {"state": {}}
+    assert _ok(as_a.get(notes + "/size")) == {"size": 0}
+    assert _ok(as_a.get(f"/threads/{key}/checkpoints"))["checkpoints"] == []
+    assert _error(as_a.get(f"/keys/{key}/sets/other"), 404)["code"] == "memory_set_not_found"
+
+
+def test_the_error_table_of_the_docs_is_the_one_the_server_answers():
+    doc = (Path(__file__).parents[2] / "docs" / "how-to" / "http.md").read_text()
+    section = doc.split("## Errors", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"^\| (\d{3}) \| `([a-z_]+)` \|", section, flags=re.MULTILINE))
+    answered = {(str(status), code) for _, status, code in ERRORS}
+    answered |= {(str(status), code) for status, code in HTTP_CODES.items()}
+    answered.add((str(INTERNAL_ERROR[0]), INTERNAL_ERROR[1]))
+    assert documented == answered
+
 
 def test_it_refuses_to_serve_without_tokens_or_on_an_open_address_in_dev_mode(settings: Settings, tmp_path: Path):
     def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -337,6 +458,26 @@ def test_it_refuses_to_serve_without_tokens_or_on_an_open_address_in_dev_mode(se
     exposed = serve("--dev", "--host", "0.0.0.0")
     assert exposed.returncode == 2
     assert "loopback only" in exposed.stderr
+
+
+def test_dev_mode_answers_only_requests_sent_to_its_own_address(settings: Settings, worker: Celery, tmp_path: Path):
+    namespace = f"h-dev-{uuid.uuid4().hex[:8]}"
+    state = f"/v1/namespaces/{namespace}/keys/alice/state"
+    with _serving(settings, tmp_path, "--dev") as url, httpx.Client(base_url=url, timeout=60) as http:
+        port = url.rsplit(":", 1)[1]
+        # A page that rebinds its own name to 127.0.0.1 sends that name; another port is another server.
+        for host in ("rebound.example", f"rebound.example:{port}", "127.0.0.1:1"):
+            refused = http.put(state + "/plan", json={"value": "planted"}, headers={"host": host})
+            error = _error(refused, 421)
+            assert error["code"] == "misdirected_request"
+            assert repr(host) in error["message"]
+            assert _error(http.get("/healthz", headers={"host": host}), 421)["code"] == "misdirected_request"
+        # A page of another origin, sending to the right address (a form posts without preflight).
+        cross_site = http.put(state + "/plan", json={"value": "planted"}, headers={"origin": "http://evil.example"})
+        assert _error(cross_site, 403)["code"] == "forbidden"
+        assert _ok(http.get(state)) == {"state": {}}  # nothing was written
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+            _ok(http.get(state, headers={"host": host, "origin": f"http://{host}"}))
 
 
 def test_dev_mode_serves_every_namespace_on_loopback_without_auth(settings: Settings, worker: Celery, tmp_path: Path):

@@ -100,3 +100,22 @@ def test_one_namespace_never_sees_another(client: MemoryClient, namespace: str) 
     assert theirs.messages == []
     theirs.clear()
     assert [m.content for m in mine.messages] == ["my secret"]
+
+
+@pytest.mark.parametrize(
+    "planted",
+    ["not json", "[" * 5000 + "]" * 5000, '{"type": "no-such-type", "data": {}}', '{"data": 1}', "[1, 2]"],
+    ids=["not-json", "deep", "unknown-type", "no-type", "a-list"],
+)
+def test_a_planted_message_fails_one_read_typed(client: MemoryClient, namespace: str, planted: str) -> None:
+    from memory_core import ChatMessage
+    from memory_core.core.errors import CorruptDataError
+
+    session = client.session(namespace, "chat-planted", key="alice", promote="none")
+    session.add_messages([ChatMessage(content="hi", extra_args={"langchain": planted})])
+    history = MemoryCoreChatMessageHistory(namespace, "chat-planted", client=client, key="alice", promote="none")
+    with pytest.raises(CorruptDataError, match="stored LangChain user message"):
+        history.messages  # noqa: B018  # the property is the read under test
+    other = MemoryCoreChatMessageHistory(namespace, "chat-clean", client=client, key="alice", promote="none")
+    other.add_messages([HumanMessage("still fine")])
+    assert [m.content for m in other.messages] == ["still fine"]

@@ -12,7 +12,7 @@ from celery import Celery
 from memory_core import ChatMessage, EvictionPolicy, InvalidRequestError, MemoryClient
 from memory_core.core import routing
 from memory_core.core.models import Scope
-from workers import services
+from memory_core.workers import services
 
 from .rawbroker import publish_raw
 from .waiting import wait_for

@@ -19,8 +19,8 @@ from memory_core.core import routing
 from memory_core.core.keys import Keys
 from memory_core.core.liveness import consumers, live_workers
 from memory_core.core.settings import Settings
-from workers import services
-from workers.app import create_app
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker
@@ -66,6 +66,9 @@ def test_a_worker_is_seen_by_its_queues_while_it_runs_and_gone_when_it_stops(
         assert [w.pid for w in consumers(raw_redis, keys, queue)] == [os.getpid()]
     (me,) = [w for w in live_workers(raw_redis, keys) if w.pid == os.getpid()]
     assert me.embedded_store == str(settings.qdrant.path.resolve())
+    assert (me.store, me.store_location) == ("edge", me.embedded_store)
+    assert me.store_bytes is not None
+    assert me.store_bytes > 0  # measured by the worker: status shows it from any machine
     assert set(me.queues) == set(routing.QUEUES)
 
 
@@ -154,3 +157,17 @@ def test_a_second_worker_in_the_process_stops_alone(
     keys = Keys(settings.redis.key_prefix)
     assert consumers(raw_redis, keys, routing.WRITE_QUEUE)  # the session's worker beats on
     assert client.long_term(namespace, "u").get_or_create_memory_set("notes").add(["y"])  # and answers
+
+
+def test_a_heartbeat_with_fields_of_a_newer_worker_is_read_and_a_garbled_one_is_skipped(
+    settings: Settings, worker: Celery, raw_redis: redis.Redis
+):
+    keys = Keys(settings.redis.key_prefix)
+    newer = {"hostname": "next@vm", "queues": ["memory.write"], "name": "next@vm/1", "started_at": 0, "cpu": 3}
+    for name, record in (("next@vm/1", json.dumps(newer)), ("bad@vm/1", "not json"), ("list@vm/1", "[1]")):
+        raw_redis.set(keys.worker(name), record, ex=30)
+        raw_redis.sadd(keys.workers(), name)
+    seen = {w.name for w in live_workers(raw_redis, keys)}
+    assert "next@vm/1" in seen
+    assert not seen & {"bad@vm/1", "list@vm/1"}
+    assert any(w.pid == os.getpid() for w in live_workers(raw_redis, keys))  # the session's worker still counts

@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from celery import Celery
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from memory_core import MemoryClient
 from memory_core.core.settings import Settings
 from memory_core.servers.mcp import TOOLS
 
@@ -29,6 +31,11 @@ def _data(result: Any) -> Any:
     return result.structured_content
 
 
+def _failure(result: Any) -> str:
+    assert result.is_error, result.structured_content
+    return json.dumps([c.model_dump() for c in result.content])
+
+
 def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
     settings: Settings, worker: Celery, namespace: str, tmp_path: Path
 ):
@@ -37,12 +44,28 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
     async def conversation() -> None:
         params = StdioServerParameters(command=CLI, args=["mcp"], env=env, cwd=str(tmp_path))
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
+            started = await session.initialize()
+            assert started.server_info.version == version("memory-core")
             listed = {tool.name: tool for tool in (await session.list_tools()).tools}
             assert set(listed) == set(TOOLS)
+            hints = {}
             for tool in listed.values():
                 assert tool.description, tool.name  # a one-line description the model acts on
                 assert "namespace" not in json.dumps(tool.input_schema)  # no argument reaches another tenant
+                assert tool.annotations is not None, tool.name
+                hints[tool.name] = tool.annotations
+            # Clients ask the user before a call that changes or deletes memory.
+            reading = {"search_memory", "get_memories", "recall", "list_memory_sets", "get_working_memory"}
+            assert {name for name, hint in hints.items() if hint.read_only_hint} == reading | {"memory_status"}
+            assert {name for name, hint in hints.items() if hint.destructive_hint} == {
+                "delete_memory",
+                "set_working_memory",
+            }
+            assert hints["add_memory"].read_only_hint is False
+            assert all(hint.open_world_hint is False for hint in hints.values())
+            # Before the first add the default set does not exist: nothing is remembered yet, not an error.
+            assert _data(await session.call_tool("search_memory", {"query": "anything"})) == {"memories": []}
+            assert _data(await session.call_tool("get_memories", {})) == {"memories": []}
             stored = _data(await session.call_tool("add_memory", {"texts": ["Alice is allergic to peanuts."]}))
             assert len(stored["ids"]) == 1
             await session.call_tool("add_memory", {"texts": ["Alice likes hiking in the Alps."], "importance": 0.9})
@@ -56,8 +79,11 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
             recalled = _data(await session.call_tool("recall", {"query": "plan dinner for Alice"}))
             assert "peanuts" in recalled["context"]
             _data(await session.call_tool("set_working_memory", {"path": "plan.step", "value": 2}))
+            _data(await session.call_tool("set_working_memory", {"path": "plan.guests.count", "value": 4}))
             state = _data(await session.call_tool("get_working_memory", {"path": "plan"}))
-            assert state["value"] == {"step": 2}
+            assert state["value"] == {"guests": {"count": 4}, "step": 2}
+            whole = _data(await session.call_tool("get_working_memory", {}))
+            assert whole == {"path": None, "value": {"plan": {"guests": {"count": 4}, "step": 2}}}
             status = _data(await session.call_tool("memory_status", {}))
             assert status["namespace"] == namespace
             assert status["key"] == "alice"
@@ -68,9 +94,19 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
             bad = await session.call_tool("search_memory", {"query": "x", "limit": 1000})
             assert bad.is_error
             assert "limit" in json.dumps([c.model_dump() for c in bad.content])
-            missing = await session.call_tool("add_memory", {"texts": ["x"], "set_name": "nope"})
-            assert missing.is_error
-            assert "'nope' not found" in json.dumps([c.model_dump() for c in missing.content])
+            budget = _failure(await session.call_tool("recall", {"query": "x", "token_budget": 2**63}))
+            assert "token_budget" in budget
+            # A set the model names must exist, for every tool that takes one: a wrong name is an error.
+            named: list[tuple[str, dict[str, Any]]] = [
+                ("add_memory", {"texts": ["x"]}),
+                ("search_memory", {"query": "x"}),
+                ("get_memories", {}),
+                ("delete_memory", {"ids": ["x"]}),
+            ]
+            for name, arguments in named:
+                missing = _failure(await session.call_tool(name, {**arguments, "set_name": "nope"}))
+                assert "MemorySetNotFound" in missing, name
+                assert "'nope' not found" in missing, name
             assert _data(await session.call_tool("search_memory", {"query": "Alps"}))["memories"]
 
     asyncio.run(conversation())
@@ -107,11 +143,11 @@ def test_without_a_namespace_or_tokens_it_refuses_to_start(settings: Settings, t
 
 
 @contextmanager
-def _http_server(settings: Settings, tmp_path: Path, **env: str) -> Iterator[str]:
+def _http_server(settings: Settings, tmp_path: Path, *args: str, **env: str) -> Iterator[str]:
     port = free_port()
     log = (tmp_path / "mcp.log").open("wb")
     process = subprocess.Popen(
-        [CLI, "mcp", "--http", "--port", str(port)],
+        [CLI, "mcp", "--http", "--port", str(port), *args],
         env=client_env(settings, **env),
         cwd=tmp_path,
         stdout=log,
@@ -135,8 +171,8 @@ def _http_server(settings: Settings, tmp_path: Path, **env: str) -> Iterator[str
         log.close()
 
 
-async def _call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
-    headers = {"Authorization": f"Bearer {token}"}
+async def _call(url: str, token: str | None, tool: str, arguments: dict[str, Any]) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=60) as http,
         streamable_http_client(url, http_client=http) as (read, write),
@@ -171,3 +207,75 @@ def test_over_http_each_token_reaches_its_own_namespace_only(
         assert asyncio.run(_call(url, "tok-b", "get_memories", {}))["memories"] == []
         assert asyncio.run(_call(url, "tok-b", "memory_status", {}))["namespace"] == other
         assert asyncio.run(_call(url, "tok-a", "memory_status", {}))["namespace"] == namespace
+        # The SDK's warnings about settings it would have us choose are answered: none at start.
+        assert "Warning" not in (tmp_path / "mcp.log").read_text()
+
+
+def test_over_http_in_dev_mode_it_answers_only_its_own_address(
+    settings: Settings, worker: Celery, namespace: str, tmp_path: Path
+):
+    with _http_server(settings, tmp_path, "--dev", MEMORY_MCP__NAMESPACE=namespace) as url:
+        port = url.rsplit(":", 1)[1].split("/")[0]
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "set_working_memory", "arguments": {"path": "plan", "value": "planted"}},
+        }
+        accept = {"accept": "application/json, text/event-stream"}
+        # A page that rebinds its own name to 127.0.0.1 sends that name; another port is another server.
+        for host in ("rebound.example", f"rebound.example:{port}", "127.0.0.1:1"):
+            assert httpx.post(url, json=call, headers={**accept, "host": host}, timeout=10).status_code == 421, host
+        cross_site = httpx.post(url, json=call, headers={**accept, "origin": "http://evil.example"}, timeout=10)
+        assert cross_site.status_code == 403
+        assert asyncio.run(_call(url, None, "get_working_memory", {})) == {"path": None, "value": {}}
+    with MemoryClient(settings) as client:
+        assert client.short_term(namespace, "default").get("plan") is None  # nothing was written
+
+
+def test_non_finite_numbers_in_any_argument_are_a_typed_tool_error(
+    settings: Settings, worker: Celery, namespace: str, tmp_path: Path
+):
+    # The SDK's client turns NaN into null before sending; another client may send the literal, which the
+    # server's JSON parser takes. So this talks JSON-RPC over stdio itself.
+    env = client_env(settings, MEMORY_MCP__NAMESPACE=namespace)
+    process = subprocess.Popen(
+        [CLI, "mcp"], env=env, cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    stdin, stdout = process.stdin, process.stdout
+    assert stdin is not None
+    assert stdout is not None
+    requests = iter(range(1, 100))
+
+    def call(method: str, params: str) -> dict[str, Any]:
+        number = next(requests)
+        stdin.write(f'{{"jsonrpc": "2.0", "id": {number}, "method": "{method}", "params": {params}}}\n'.encode())
+        stdin.flush()
+        reply = json.loads(stdout.readline())
+        assert reply["id"] == number, reply
+        result: dict[str, Any] = reply["result"]
+        return result
+
+    try:
+        hello = '{"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}'
+        call("initialize", hello)
+        stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        for value in ("NaN", '[1, {"deep": Infinity}]', "-Infinity", "1e999"):
+            arguments = f'{{"path": "plan.step", "value": {value}}}'
+            refused = call("tools/call", f'{{"name": "set_working_memory", "arguments": {arguments}}}')
+            assert refused["isError"] is True, value
+            text = refused["content"][0]["text"]
+            assert text.startswith("InvalidRequestError: value"), text
+            assert "only finite numbers" in text
+        for tool, arguments in (
+            ("add_memory", '{"texts": ["x"], "importance": NaN}'),
+            ("recall", '{"query": "x", "limit": Infinity}'),
+        ):
+            refused = call("tools/call", f'{{"name": "{tool}", "arguments": {arguments}}}')
+            assert "InvalidRequestError" in refused["content"][0]["text"], tool
+        state = call("tools/call", '{"name": "get_working_memory", "arguments": {}}')
+        assert state["structuredContent"] == {"path": None, "value": {}}  # nothing was written
+    finally:
+        stdin.close()
+        process.wait(timeout=30)
+        stdout.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from agents import Agent, Runner, set_tracing_disabled
 from agents.items import ModelResponse
 from agents.models.interface import Model
@@ -81,3 +82,23 @@ def test_one_namespace_never_sees_another(client: MemoryClient, namespace: str) 
     seen, kept = asyncio.run(scenario())
     assert seen == []
     assert kept == [{"role": "user", "content": "my secret"}]
+
+
+def test_a_planted_item_fails_one_read_typed(client: MemoryClient, namespace: str) -> None:
+    from memory_core import ChatMessage
+    from memory_core.core.errors import CorruptDataError
+
+    client.session(namespace, "chat", promote="none").add_messages(
+        [ChatMessage(content="hi", extra_args={"openai_agents_item": "[" * 5000 + "]" * 5000})]
+    )
+
+    async def scenario() -> None:
+        async with AsyncMemoryClient(client.settings) as aclient:
+            planted = MemoryCoreSession("chat", aclient=aclient, namespace=namespace, promote="none")
+            with pytest.raises(CorruptDataError, match="stored OpenAI Agents user item"):
+                await planted.get_items()
+            clean = MemoryCoreSession("other", aclient=aclient, namespace=namespace, promote="none")
+            await clean.add_items([{"role": "user", "content": "still fine"}])
+            assert await clean.get_items() == [{"role": "user", "content": "still fine"}]
+
+    asyncio.run(scenario())

@@ -88,6 +88,10 @@ def _task_named(name: Any) -> dict[str, Any]:
     return entry
 
 
+_DEEP = 100_000  # far past the interpreter's recursion limit: json raises RecursionError, not ValueError
+_NESTED = b"[" * _DEEP + b"]" * _DEEP
+
+
 POISON: dict[str, bytes] = {
     "not JSON": b'{"body": "trunc',
     "not UTF-8": b"\xff\xfe\x00garbage",
@@ -96,6 +100,7 @@ POISON: dict[str, bytes] = {
     "a task body that is a JSON number": json.dumps(envelope(123)).encode(),
     "a task name that is a list": json.dumps(_task_named(["memory.add"])).encode(),
     "a task message without an id": json.dumps(_without_id()).encode(),
+    "a deeply nested task body": json.dumps(envelope(body=base64.b64encode(_NESTED).decode())).encode(),
 }
 
 
@@ -125,6 +130,22 @@ def test_an_entry_the_worker_cannot_use_is_dead_lettered_raw_and_the_worker_serv
     assert letter.payload["raw"] == POISON[case].decode("utf-8", errors="replace")  # as read
     assert not r.llen(settings.broker_key_prefix + routing.WRITE_QUEUE)
     assert not r.hlen(settings.broker_key_prefix + "unacked")
+
+
+def test_a_deeply_nested_entry_is_dead_lettered_and_the_worker_serves_on(
+    poisoned: tuple[Settings, Popen[bytes]], probe: MemorySet
+):
+    settings, worker = poisoned
+    with MemoryClient(settings) as client:
+        letters = DeadLetters(client.dispatcher_redis, client.keys, client.dispatcher)
+        letters.drop(routing.OPS_NAMESPACE)
+        _push(settings, b'{"body": ' + _NESTED + b"}")
+        _serves(probe, worker)
+        (letter,) = letters.entries(routing.OPS_NAMESPACE)
+    assert letter.error["type"] == "UnroutableMessage"
+    assert "RecursionError" in letter.error["message"]
+    # The decoder keeps no copy of what it could not decode, and the entry was already off its queue.
+    assert letter.payload["raw"] == "(entry not kept: RecursionError)"
 
 
 def test_unroutable_letters_are_listed_and_dropped_under_ops_but_never_replayed(

@@ -21,10 +21,10 @@ from memory_core.engine.embedders.hashing import HashingEmbedder
 from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.service import MemoryService
 from memory_core.engine.stores.memory import InMemoryVectorStore
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 from tests.integration.conftest import make_settings
 from tests.integration.in_thread import in_thread_worker
-from workers import services
-from workers.app import create_app
 
 
 def _service(raw_redis: redis.Redis, store: InMemoryVectorStore, **quotas: Any) -> MemoryService:

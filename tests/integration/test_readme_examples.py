@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workers import services
-from workers.app import create_app
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker

@@ -5,15 +5,25 @@ Summary folds run in the worker through the real anthropic SDK against the fake 
 
 from __future__ import annotations
 
+import socket
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import REGISTRY
 
 from memory_core import ChatMessage, InvalidRequestError, MemoryClient, MessageRole, SetDefinitionConflict
+from memory_core.core import routing
+from memory_core.core.errors import SummarizerUnavailable
 from memory_core.core.settings import Settings
 from memory_core.testing.fake_anthropic import FakeAnthropic
 from memory_core.tiers.session import combined
+from memory_core.workers import services
+from memory_core.workers.app import create_app
+from tests.integration.conftest import make_settings
+from tests.integration.in_thread import in_thread_worker
 from tests.integration.waiting import wait_for
 
 
@@ -270,3 +280,81 @@ def test_an_entity_failure_leaves_the_exchange_stored_once_and_is_caught_up_by_t
     assert memory.stats().entity_error is None
     assert {"Ines", "Tomas"} <= set(memory.session.entities())  # the failed exchange's entities caught up
     assert len(memory.session.history) == 4
+
+
+def test_a_summary_failure_leaves_the_exchange_stored_once_and_is_reported_apart(
+    client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic
+):
+    memory = client.session(namespace, "s12").summary(max_tokens=30)
+    fake_anthropic.behave("garbage")  # every summary reply is unusable: SummarizerError in the worker
+    _talk(memory, 3)  # over the budget from the second save on: every fold fails, no save raises
+    stats = memory.stats()
+    assert stats.summary_error is not None
+    assert stats.summary_error.startswith("SummarizerError: ")
+    assert len(memory.session.history) == 6  # each exchange once: nothing for a retrying agent to repeat
+    assert stats.summarized_messages == 0  # nothing was dropped unsummarized either
+    fake_anthropic.behave("ok")
+    _talk(memory, 1, start=3)
+    stats = memory.stats()
+    assert stats.summary_error is None
+    assert stats.summarized_messages >= 4  # the next save folded, oldest first, what the failed ones could not
+    assert len(memory.session.history) == 8
+
+
+def test_retrying_a_save_that_failed_after_storing_its_exchange_stores_it_once(client: MemoryClient, namespace: str):
+    session = client.session(namespace, "s13", promote="none")
+    long_term = client.long_term(namespace, session.key)
+    long_term.get_or_create_memory_set("exchanges", ChatMessage)  # the vector index's set, of another item type
+    memory = session.vector(k=2)
+    exchange = ({"input": "where are the spare keys?"}, {"output": "under the blue pot"})
+    with pytest.raises(SetDefinitionConflict, match="pick another set_name"):
+        memory.save(*exchange)  # fails in the follow-up, after the exchange was stored
+    assert long_term.delete_memory_set("exchanges")  # the cause is fixed
+    memory.save(*exchange)  # and the agent retries the same save
+    assert [m.content for m in session.history.messages] == ["where are the spare keys?", "under the blue pot"]
+    memory.save(*exchange)  # said again after a successful save: a new exchange
+    assert len(session.history) == 4
+    assert session.exchange_set("exchanges").size() == 2
+
+
+@pytest.fixture
+def refused_summarizer(redis_url: str, tmp_path: Path) -> Iterator[MemoryClient]:
+    """A worker (queues of its own) whose Anthropic endpoint is a closed loopback port, with SDK retries on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again when the block ends: connecting there is refused
+    settings = make_settings(
+        redis_url,
+        tmp_path / "qdrant",
+        redis={"url": redis_url, "key_prefix": "mcrefused"},
+        embedder={"model": "hashing"},
+        anthropic={"api_key": "sk-ant-test-not-real", "base_url": f"http://127.0.0.1:{port}", "max_retries": 3},
+    )
+    app = create_app(settings)
+    with in_thread_worker(app, concurrency=2), MemoryClient(settings) as client:
+        yield client
+    services.close(app)
+
+
+def _retries(task: str) -> float:
+    return REGISTRY.get_sample_value("memory_core_tasks_total", {"task": task, "state": "retry"}) or 0.0
+
+
+def test_a_summarizer_endpoint_that_refuses_connections_fails_the_fold_at_once(refused_summarizer: MemoryClient):
+    session = refused_summarizer.session("acme", "s14", promote="none")
+    memory = session.summary(max_tokens=10)
+    retries = _retries(routing.SESSION_FOLD)
+    started = time.monotonic()
+    memory.save({"input": "a question long enough to need a fold"}, {"output": "an answer just as long"})
+    elapsed = time.monotonic() - started
+    error = memory.stats().summary_error
+    assert error is not None
+    assert error.startswith("SummarizerUnavailable: the Anthropic endpoint refused the connection")
+    assert len(session.history) == 2  # the exchange is stored, once
+    assert _retries(routing.SESSION_FOLD) == retries  # the task did not back off and retry
+    assert elapsed < 3  # no SDK backoff either (0.5 s, 1 s, 2 s with max_retries=3): about a task's round trip
+    with pytest.raises(SummarizerUnavailable, match="refused"):
+        session.fold(10)  # typed for a direct caller too
+    entities = session.entity(k=1)
+    entities.save({"input": "Ines works at the observatory"}, {"output": "ok"})
+    assert (entities.stats().entity_error or "").startswith("SummarizerUnavailable: ")

@@ -14,8 +14,8 @@ from celery import Celery
 from memory_core import ConfigurationError, MemoryClient
 from memory_core.client.deadletters import DeadLetters
 from memory_core.core.settings import Settings
-from workers import services
-from workers.app import create_app
+from memory_core.workers import services
+from memory_core.workers.app import create_app
 
 from .conftest import REDIS_URL, make_settings
 from .in_thread import in_thread_worker
@@ -31,7 +31,7 @@ def _start(env: dict[str, str], timeout: float = 60) -> tuple[int, str, float]:
     """Runs ``celery worker`` until it exits; its exit code, its stderr's last line, and how long it ran."""
     started = time.monotonic()
     done = subprocess.run(
-        [CELERY, "-A", "workers.app", "worker", "-l", "WARNING"],
+        [CELERY, "-A", "memory_core.workers.app", "worker", "-l", "WARNING"],
         check=False,
         cwd=ROOT,
         env={**os.environ, "MEMORY_REDIS__URL": URL, **env},

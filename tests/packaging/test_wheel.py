@@ -80,17 +80,20 @@ def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -
 
 
 @pytest.mark.timeout(900)
-def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker(wheel: Path):
+def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker_and_nothing_outside_memory_core(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in (
         "memory_core/engine/embedders/data/all-MiniLM-L6-v2.tokenizer.json",
         "memory_core/engine/embedders/data/NOTICE",
         "memory_core/py.typed",
-        "workers/app.py",
-        "beat_schedule.py",
+        "memory_core/workers/app.py",
+        "memory_core/workers/beat_schedule.py",
     ):
         assert needed in names, needed
-    assert not any(name.startswith("tests/") for name in names)
+    # Nothing beside memory_core at the top of site-packages: generic names (workers, beat_schedule) would clash
+    # with an application's own modules.
+    top_level = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
+    assert top_level == {"memory_core"}
 
 
 @pytest.mark.timeout(900)
@@ -140,7 +143,7 @@ def test_a_worker_runs_at_the_floor_of_every_worker_range(wheel: Path, tmp_path:
 
 
 def _worker_finds_a_fact(venv: Path, tmp_path: Path) -> str:
-    """Runs ``celery -A workers.app worker`` from ``venv``; a client from the same venv adds two facts and
+    """Runs ``celery -A memory_core.workers.app worker`` from ``venv``; a client from the same venv adds two facts and
     searches; returns what the search found first."""
     redis.Redis.from_url(REDIS_URL).flushdb()
     env = {
@@ -152,7 +155,7 @@ def _worker_finds_a_fact(venv: Path, tmp_path: Path) -> str:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "PYTHON"))}
     log = (tmp_path / "worker.log").open("wb")
     worker = subprocess.Popen(
-        [str(venv / "bin" / "celery"), "-A", "workers.app", "worker", "--loglevel=INFO"],
+        [str(venv / "bin" / "celery"), "-A", "memory_core.workers.app", "worker", "--loglevel=INFO"],
         cwd=tmp_path,
         env={**clean, **env},
         stdout=log,

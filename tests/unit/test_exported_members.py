@@ -1,3 +1,5 @@
+from importlib.metadata import version
+
 import memory_core
 
 
@@ -6,3 +8,8 @@ def test_the_public_api_is_exactly_what_all_says():
     modules = {name for name in exported if type(getattr(memory_core, name)).__name__ == "module"}
     assert exported - modules == set(memory_core.__all__)
     assert memory_core.__all__ == sorted(memory_core.__all__)
+
+
+def test_the_version_is_the_installed_distributions():
+    assert memory_core.__version__ == version("memory-core")
+    assert memory_core.__version__ != "0+unknown"

@@ -8,9 +8,15 @@ the store, so a stale entry here can never corrupt data: at worst the worker ans
 
 from __future__ import annotations
 
+import logging
+
 from memory_core.core.cache.tiered import TieredCache
+from memory_core.core.errors import CorruptDataError
+from memory_core.core.jsoncodec import stored_model
 from memory_core.core.keys import Keys
 from memory_core.core.models import MemorySet
+
+logger = logging.getLogger(__name__)
 
 
 class DefinitionCache:
@@ -22,8 +28,15 @@ class DefinitionCache:
 
     def get(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
         """The cached definition, or None on a miss in both tiers."""
-        raw = self._tiered.get(self._keys.set_definition(namespace, key, set_name))
-        return None if raw is None else MemorySet.model_validate_json(raw)
+        cache_key = self._keys.set_definition(namespace, key, set_name)
+        raw = self._tiered.get(cache_key)
+        if raw is None:
+            return None
+        try:
+            return stored_model(MemorySet, raw, f"cached definition {cache_key!r}")
+        except CorruptDataError as exc:  # a miss: the worker's registry in the store has the definition
+            logger.warning("ignored a malformed cache entry %s: %s", cache_key, exc)
+            return None
 
     def put(self, namespace: str, key: str, definition: MemorySet) -> None:
         """Caches a definition the store confirmed."""

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import redis
 
-from memory_core.core.errors import BrokerUnavailable
+from memory_core.core.redis_errors import redis_failure
 
 
 class RedisCache:
@@ -20,14 +20,14 @@ class RedisCache:
         try:
             value = self._client.get(key)
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cache read from Redis at {self._url} failed: {exc}") from exc
+            raise redis_failure(exc, "read the cache", self._url) from exc
         return value if isinstance(value, bytes) else None
 
     def set(self, key: str, value: bytes, ttl: float) -> None:
         try:
             self._client.set(key, value, ex=max(1, int(ttl)))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cache write to Redis at {self._url} failed: {exc}") from exc
+            raise redis_failure(exc, "write the cache", self._url) from exc
 
     def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
         if not keys:
@@ -35,7 +35,7 @@ class RedisCache:
         try:
             values = self._client.mget(list(keys))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cache read from Redis at {self._url} failed: {exc}") from exc
+            raise redis_failure(exc, "read the cache", self._url) from exc
         return {k: v for k, v in zip(keys, values, strict=True) if isinstance(v, bytes)}
 
     def set_many(self, entries: dict[str, bytes], ttl: float) -> None:
@@ -47,7 +47,7 @@ class RedisCache:
                     pipe.set(key, value, ex=max(1, int(ttl)))
                 pipe.execute()
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cache write to Redis at {self._url} failed: {exc}") from exc
+            raise redis_failure(exc, "write the cache", self._url) from exc
 
     def delete(self, *keys: str) -> None:
         if not keys:
@@ -55,4 +55,4 @@ class RedisCache:
         try:
             self._client.delete(*keys)
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cache delete in Redis at {self._url} failed: {exc}") from exc
+            raise redis_failure(exc, "delete from the cache", self._url) from exc

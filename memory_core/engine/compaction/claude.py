@@ -1,9 +1,12 @@
 """Claude as the summarizer, through the official ``anthropic`` SDK, with a tool the model must call.
 
 The API key is a ``SecretStr`` handed to the SDK and never logged. The SDK retries
-429 and 5xx replies itself (``max_retries``); what still fails becomes a
-``SummarizerError``, which the compaction task retries with backoff and finally
-dead-letters.
+429 and 5xx replies, timeouts and dropped connections itself (``max_retries``, with
+backoff); what still fails becomes a ``SummarizerError``, which the compaction task
+retries with backoff and finally dead-letters. A refused connection (nothing listens
+at the endpoint) is not retried: it raises ``SummarizerUnavailable`` at once, so a
+caller waiting on a session summary hears of it in milliseconds, not after every
+backoff.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import anthropic
+from anthropic import APIRequest, APIResponse, CallNext
 from anthropic.types import MessageParam, ToolChoiceToolParam, ToolParam
 
-from memory_core.core.errors import ConfigurationError, SummarizerError
+from memory_core.core.errors import ConfigurationError, SummarizerError, SummarizerUnavailable
 from memory_core.core.models import ChatMessage, CompactionConfig
 from memory_core.core.settings import AnthropicSettings
 from memory_core.engine.compaction.summarizer import (
@@ -39,7 +43,35 @@ def anthropic_client(settings: AnthropicSettings, user: str) -> anthropic.Anthro
         base_url=settings.base_url,
         timeout=settings.timeout,
         max_retries=settings.max_retries,
+        middleware=[fail_fast_on_refusal],
     )
+
+
+def fail_fast_on_refusal(request: APIRequest, call_next: CallNext) -> APIResponse[Any]:
+    """SDK middleware (it runs once per attempt, inside the SDK's retry loop): a refused connection raises
+    ``SummarizerUnavailable``, which the SDK does not retry; everything else goes through its retry policy."""
+    try:
+        return call_next(request)
+    except anthropic.APIConnectionError as exc:
+        if not _refused(exc):
+            raise
+        # No ``from exc``: the SDK retries any error whose cause chain holds a connection error.
+        raise SummarizerUnavailable(
+            f"the Anthropic endpoint refused the connection ({exc.request.url.host}:{exc.request.url.port}); "
+            "check MEMORY_ANTHROPIC__BASE_URL and that the endpoint is up"
+        ) from None
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a refused TCP connection (anywhere in its chain of causes)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ConnectionRefusedError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def forced_tool_input(content: Sequence[Any], name: str) -> dict[str, Any]:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, cast
 
 from fastapi import Depends, FastAPI
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memory_core.core import errors
 from memory_core.core.dispatch import open_redis
 from memory_core.core.settings import Settings
+from memory_core.servers import version
+from memory_core.servers.boundary import LOOPBACK
 from memory_core.servers.http.bodies import ErrorBody
 from memory_core.servers.http.errors import (
     ERRORS,
@@ -32,9 +34,7 @@ from memory_core.servers.http.routes import (
     set_routes,
     state_routes,
 )
-from memory_core.servers.http.serving import Server, bearer
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from memory_core.servers.http.serving import OwnHostOnly, Server, bearer
 
 # -- the app ----------------------------------------------------------------------
 
@@ -60,11 +60,12 @@ def _documented_errors() -> dict[int | str, dict[str, Any]]:
     return {status: {"model": ErrorBody, "description": ", ".join(codes[status])} for status in sorted(codes)}
 
 
-def create_app(settings: Settings, *, dev: bool = False) -> FastAPI:
-    """The HTTP API over ``settings``' deployment.
+def create_app(settings: Settings, *, dev: bool = False, host: str = "127.0.0.1", port: int = 8080) -> FastAPI:
+    """The HTTP API over ``settings``' deployment, to be served on ``host:port``.
 
     Refuses (``ConfigurationError``) to serve without ``MEMORY_AUTH__TOKENS`` unless ``dev``, which serves
-    every namespace without auth; ``memory-core serve --dev`` binds loopback only (see ``check``).
+    every namespace without auth; ``memory-core serve --dev`` binds loopback only (see ``check``), and a
+    dev app answers only requests sent to its own address (``OwnHostOnly``): 421 for another host name.
     """
     server = Server(settings, dev=dev)
 
@@ -77,10 +78,13 @@ def create_app(settings: Settings, *, dev: bool = False) -> FastAPI:
 
     app = _App(
         title="memory-core",
-        version=_version(),
+        version=version(),
         summary="Distributed memory for AI agents: long-term sets, short-term state, checkpoints, recall.",
         lifespan=lifespan,
+        generate_unique_id_function=_operation_id,
     )
+    if dev:
+        app.add_middleware(OwnHostOnly, host=host, port=port)
     app.state.memory_core = server
     auth: list[Any] = (
         [Depends(bearer)] if server.tokens is not None else []
@@ -107,8 +111,7 @@ def check(settings: Settings, *, dev: bool, host: str) -> None:
         probe.close()
 
 
-def _version() -> str:
-    try:
-        return version("memory-core")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "0+unknown"
+def _operation_id(route: APIRoute) -> str:
+    # The route function's name (add_items, search): short, and pinned by a test, since generated clients
+    # name their methods after it.
+    return route.name

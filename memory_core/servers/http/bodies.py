@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -16,7 +16,25 @@ from memory_core.core.models import (
     MemorySetItem,
     SearchMode,
 )
+from memory_core.core.validation import INT64_MAX, INT64_MIN, MAX_TTL_SECONDS
+from memory_core.servers.boundary import MAX_RESULTS, MAX_TOKEN_BUDGET
 from memory_core.tiers.checkpoints import Checkpoint
+
+# Every number a body takes has its range in the schema, checked before the client is called: a value out
+# of range is a 400 naming it, never an overflow deeper down.
+Importance = Annotated[float, Field(ge=0, le=1)]
+ItemTtl = Annotated[int, Field(ge=1, le=MAX_TTL_SECONDS)]
+StateTtl = Annotated[float, Field(gt=0, le=MAX_TTL_SECONDS)]
+FilterInt = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+"""Metadata ints are signed 64-bit, as the store filters them."""
+ResultLimit = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_RESULTS,
+        description="How many items, best first; at most MEMORY_LIMITS__MAX_SEARCH_LIMIT (100 by default).",
+    ),
+]
 
 # -- bodies -----------------------------------------------------------------------
 
@@ -43,19 +61,31 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
+class Eviction(_Body):
+    """``EvictionPolicy`` with the range of ``max_items`` in the schema."""
+
+    max_items: int = Field(ge=1, le=1_000_000_000, description="Items the set keeps; past it the policy evicts.")
+    policy: Literal["lru", "importance"] = "lru"
+
+    def policy_of(self) -> EvictionPolicy:
+        return EvictionPolicy(max_items=self.max_items, policy=self.policy)
+
+
 class SetOptions(_Body):
     """A memory set's definition (its name is in the path); an existing set must match it."""
 
     model_config = _example(capacity=200, ttl_seconds=2_592_000, dedup="exact")
 
     item_type: Literal["str", "ChatMessage"] = "str"
-    capacity: int = Field(default=100, description="Items before a compaction runs.")
+    capacity: int = Field(default=100, ge=1, le=1_000_000, description="Items before a compaction runs.")
     compaction_config: CompactionConfig | None = None
-    ttl_seconds: int | None = Field(default=None, description="Default time to live of its items.")
-    eviction: EvictionPolicy | None = None
+    ttl_seconds: int | None = Field(
+        default=None, ge=1, le=MAX_TTL_SECONDS, description="Default time to live of its items, in seconds."
+    )
+    eviction: Eviction | None = None
     dedup: DedupMode | None = None
-    dedup_threshold: float = 0.95
-    context_window: int = 2
+    dedup_threshold: float = Field(default=0.95, gt=0, le=1)
+    context_window: int = Field(default=2, ge=0, le=16, description="Earlier items indexed with each one.")
 
 
 class SetDefinition(BaseModel):
@@ -99,10 +129,10 @@ class AddItems(_Body):
     ids: list[str] | None = Field(default=None, description="One id per item; generated when omitted.")
     metadatas: list[dict[str, JsonValue]] | None = None
     wait: bool = Field(default=True, description="Answer once stored durably (200), or once enqueued (202).")
-    importance: float | list[float] | None = None
+    importance: Importance | list[Importance] | None = Field(default=None, description="0 to 1.")
     source: str | list[str] | None = None
     pinned: bool | list[bool] | None = None
-    ttl: int | list[int] | None = Field(default=None, description="Seconds to live.")
+    ttl: ItemTtl | list[ItemTtl] | None = Field(default=None, description="Seconds to live.")
     expires_at: datetime | list[datetime] | None = None
 
     def lifecycle(self) -> dict[str, Any]:
@@ -118,8 +148,8 @@ class Search(_Body):
     model_config = _example(query="what does Alice drink?", limit=5, filters={"source": "chat"})
 
     query: str
-    limit: int = 10
-    filters: dict[str, str | int | list[str | int]] | None = Field(
+    limit: ResultLimit = 10
+    filters: dict[str, str | FilterInt | list[str | FilterInt]] | None = Field(
         default=None, description="Metadata keys matched exactly; a list matches any of its values."
     )
     mode: SearchMode = "hybrid"
@@ -145,7 +175,7 @@ class StateValue(_Body):
     model_config = _example(value="book a table", ttl=3600)
 
     value: JsonValue
-    ttl: float | None = Field(default=None, description="Seconds until this path expires.")
+    ttl: StateTtl | None = Field(default=None, description="Seconds until this path expires.")
 
 
 class StatePatch(_Body):
@@ -154,7 +184,7 @@ class StatePatch(_Body):
     model_config = _example(values={"plan.step": "book a table", "plan.guests": 4})
 
     values: dict[str, JsonValue]
-    ttl: float | None = Field(default=None, description="Seconds until each of these paths expires.")
+    ttl: StateTtl | None = Field(default=None, description="Seconds until each of these paths expires.")
 
 
 class State(BaseModel):
@@ -186,7 +216,7 @@ class RecallQuery(_Body):
     model_config = _example(query="plan dinner for Alice", limit=5, token_budget=500)
 
     query: str
-    limit: int = 10
-    token_budget: int | None = None
+    limit: ResultLimit = 10
+    token_budget: int | None = Field(default=None, ge=1, le=MAX_TOKEN_BUDGET, description="Tokens of context.")
     session_id: str | None = None
     sets: list[str] | None = Field(default=None, description="Only these long-term sets; every set when omitted.")

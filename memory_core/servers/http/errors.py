@@ -13,9 +13,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from memory_core.core import errors
-from memory_core.core.models import (
-    describe,
-)
+from memory_core.core.models import describe
+from memory_core.core.validation import short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +34,8 @@ ERRORS: tuple[tuple[type[errors.MemoryCoreError], int, str], ...] = (
     (errors.EmbedderError, 500, "embedder_error"),
     (errors.SummarizerError, 502, "summarizer_error"),
     (errors.CompactionError, 500, "compaction_error"),
+    (errors.CorruptDataError, 500, "corrupt_data"),
+    (errors.RedisCommandError, 500, "redis_command_error"),
     (errors.ConfigurationError, 500, "configuration_error"),
 )
 """Our errors as (class, HTTP status, code); the first class the error is an instance of wins. The codes are
@@ -46,14 +47,19 @@ HTTP_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     413: "request_too_large",
+    421: "misdirected_request",
 }
-"""Codes of the errors the HTTP layer itself answers (no token, an unknown route, a body over its limit)."""
+"""Codes of the errors the HTTP layer itself answers (no token, an unknown route, a body over its limit, a
+request sent to another host name in dev mode)."""
+
+INTERNAL_ERROR = (500, "internal_error")
+"""What any other error answers (status, code)."""
 
 
 # -- errors -----------------------------------------------------------------------
 
 
-def _error(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+def error_response(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
     detail: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         detail["field"] = field
@@ -63,9 +69,9 @@ def _error(status: int, code: str, message: str, field: str | None = None, **hea
 async def on_memory_error(request: Request, exc: Exception) -> JSONResponse:
     for cls, status, code in ERRORS:
         if isinstance(exc, cls):
-            return _error(status, code, str(exc))
+            return error_response(status, code, str(exc))
     logger.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
-    return _error(500, "internal_error", f"{type(exc).__name__}: {exc}")
+    return error_response(*INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
@@ -73,23 +79,37 @@ async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
     message = str(exc.detail)
     if exc.status_code in (404, 405) and message in ("Not Found", "Method Not Allowed"):  # routing's own
         message = f"no route {request.method} {request.url.path}"
-    return _error(exc.status_code, HTTP_CODES.get(exc.status_code, "http_error"), message, **(exc.headers or {}))
+    return error_response(
+        exc.status_code, HTTP_CODES.get(exc.status_code, "http_error"), message, **(exc.headers or {})
+    )
 
 
 async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
     # FastAPI's 422 (a body or parameter outside its schema) becomes our 400, naming the field.
     if isinstance(exc, ValidationError):  # a request to the workers the client built from the path
-        return _error(400, "invalid_request", describe(exc, "request"))
+        return error_response(400, "invalid_request", describe(exc, "request"))
     assert isinstance(exc, RequestValidationError)
     problems: dict[str, str] = {}
-    for err in exc.errors():
+    # A value out of range is the complaint that matters, before "not a str" from another branch of a union.
+    for err in sorted(exc.errors(), key=lambda err: err.get("type") not in _RANGE_ERRORS):
         if err.get("type") == "json_invalid":
             reason = err.get("ctx", {}).get("error", "")
-            return _error(400, "invalid_request", f"the body is not valid JSON: {reason}", field="body")
+            return error_response(400, "invalid_request", f"the body is not valid JSON: {reason}", field="body")
         field = _field(err.get("loc", ()))
-        problems.setdefault(field, f"{field}: {err.get('msg', 'invalid')}")  # a union's first complaint
+        problems.setdefault(field, f"{field}: {err.get('msg', 'invalid')}{_got(err)}")  # a union's first complaint
     message = "invalid request: " + "; ".join(list(problems.values())[:5])
-    return _error(400, "invalid_request", message, field=next(iter(problems), None))
+    return error_response(400, "invalid_request", message, field=next(iter(problems), None))
+
+
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+
+
+def _got(err: Any) -> str:
+    """The offending value, when it is one value (not the body or an object that lacks a field)."""
+    value = err.get("input")
+    if value is None or isinstance(value, dict | list):
+        return ""
+    return f" (got {short_repr(value)})"
 
 
 _TYPE_NAMES = {"str", "int", "float", "bool", "datetime", "list", "dict"}
@@ -100,11 +120,12 @@ def _field(loc: Sequence[Any]) -> str:
     parts = [str(part) for part in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
-    # A union names the branch it tried ("float", "list[float]", "ChatMessage"); our fields are snake_case.
-    kept = [p for p in parts if not ("[" in p or p in _TYPE_NAMES or p[:1].isupper())]
+    # A union names the branch it tried ("float", "list[float]", "constrained-float", "ChatMessage"); our fields
+    # are snake_case.
+    kept = [p for p in parts if not ("[" in p or p in _TYPE_NAMES or p[:1].isupper() or p.startswith("constrained-"))]
     return ".".join(kept) or "body"
 
 
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("%s %s failed", request.method, request.url.path)
-    return _error(500, "internal_error", "internal error; the server's log has the details")
+    return error_response(*INTERNAL_ERROR, "internal error; the server's log has the details")

@@ -23,6 +23,7 @@ from memory_core.core.models import (
     Usage,
 )
 from memory_core.core.steps import Call, Operation, command
+from memory_core.servers.boundary import MAX_LISTED
 from memory_core.servers.http.bodies import (
     AddItems,
     Checkpoints,
@@ -69,6 +70,9 @@ ItemIds = Annotated[list[str] | None, Query(alias="id", description="Item ids (r
 Every = Annotated[bool, Query(alias="all", description="Every item of the set.")]
 CheckpointNs = Annotated[str, Query(description="The checkpoint namespace inside the thread.")]
 Before = Annotated[str | None, Query(description="A checkpoint id: list those older than it.")]
+ListLimit = Annotated[
+    int | None, Query(ge=1, le=MAX_LISTED, description=f"The most checkpoints to list, 1 to {MAX_LISTED:,}.")
+]
 
 _NS = "/v1/namespaces/{namespace}"
 _KEY = _NS + "/keys/{key}"
@@ -93,6 +97,7 @@ async def list_sets(namespace: str, client: Client, key: str | None = None) -> S
 async def put_set(set_name: str, body: SetOptions, memory: LongTerm) -> SetDefinition:
     item_type: type[str | ChatMessage] = ChatMessage if body.item_type == "ChatMessage" else str
     options = {name: getattr(body, name) for name in SetOptions.model_fields if name not in ("item_type", "capacity")}
+    options["eviction"] = body.eviction.policy_of() if body.eviction is not None else None
     return SetDefinition.of(await memory.get_or_create_memory_set(set_name, item_type, body.capacity, **options))
 
 
@@ -107,12 +112,12 @@ async def delete_set(set_name: str, memory: LongTerm) -> Deleted:
 
 
 @set_routes.get(_SET + "/size", summary="How many items the set holds")
-async def size(set_name: str, memory: LongTerm) -> Size:
+async def set_size(set_name: str, memory: LongTerm) -> Size:
     return Size(size=await memory.size(set_name))
 
 
 @set_routes.post(_SET + "/compact", summary="Compact the set now, even below capacity")
-async def compact(set_name: str, memory: LongTerm) -> CompactionReport:
+async def compact_set(set_name: str, memory: LongTerm) -> CompactionReport:
     return await memory.compact(set_name)
 
 
@@ -180,7 +185,7 @@ async def clear_state(memory: ShortTerm) -> Deleted:
 
 
 @state_routes.get(_KEY + "/state/{path}", summary="The value or object at a dotted path")
-async def get_path(key: str, path: str, memory: ShortTerm) -> PathValue:
+async def get_state_path(key: str, path: str, memory: ShortTerm) -> PathValue:
     root = await memory.load()
     value = root.get(path)
     if value is None and not root.is_exist(path):
@@ -189,7 +194,7 @@ async def get_path(key: str, path: str, memory: ShortTerm) -> PathValue:
 
 
 @state_routes.put(_KEY + "/state/{path}", summary="Set the value at a dotted path")
-async def put_path(path: str, body: StateValue, memory: ShortTerm) -> PathValue:
+async def put_state_path(path: str, body: StateValue, memory: ShortTerm) -> PathValue:
     root = await memory.load()
     with _conflicts():
         root.set(path, body.value, ttl=body.ttl)
@@ -198,7 +203,7 @@ async def put_path(path: str, body: StateValue, memory: ShortTerm) -> PathValue:
 
 
 @state_routes.delete(_KEY + "/state/{path}", summary="Remove a path (an object with everything in it)")
-async def delete_path(path: str, memory: ShortTerm) -> Deleted:
+async def delete_state_path(path: str, memory: ShortTerm) -> Deleted:
     root = await memory.load()
     removed = root.remove(path)
     await root.persist()
@@ -216,7 +221,7 @@ async def put_checkpoint(thread_id: str, body: NewCheckpoint, threads: Threads) 
 
 @checkpoint_routes.get(_THREAD + "/checkpoints", summary="The thread's checkpoints, newest first")
 async def list_checkpoints(
-    thread_id: str, threads: Threads, checkpoint_ns: CheckpointNs = "", limit: int | None = None, before: Before = None
+    thread_id: str, threads: Threads, checkpoint_ns: CheckpointNs = "", limit: ListLimit = None, before: Before = None
 ) -> Checkpoints:
     found = await threads.list(thread_id, checkpoint_ns=checkpoint_ns, limit=limit, before=before)
     return Checkpoints(checkpoints=found)
@@ -256,7 +261,7 @@ async def forget_key(namespace: str, key: str, client: Client) -> ForgetReceipt:
 
 
 @scope_routes.get(_NS + "/usage", summary="Compaction counters and model tokens of the namespace")
-async def usage(namespace: str, client: Client) -> Usage:
+async def get_usage(namespace: str, client: Client) -> Usage:
     return await client.usage(namespace)
 
 

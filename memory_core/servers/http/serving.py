@@ -1,4 +1,5 @@
-"""What a request passes before its route runs: the bearer token, its namespace, and the body's size."""
+"""What a request passes before its route runs: its host (without auth), the bearer token, its namespace, the
+body's size, and a JSON parse that refuses non-finite numbers."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ from typing import Annotated, Any, ClassVar, cast
 from fastapi import Depends, HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from starlette.types import Message, Receive
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_core import AsyncMemoryClient
 from memory_core.core import errors
 from memory_core.core.auth import TokenMap, refusal
 from memory_core.core.settings import Settings
+from memory_core.servers.boundary import loads_json, matches, own_hosts, own_origins
+from memory_core.servers.http.errors import error_response
 
 _SLACK = 64 * 1024
 """Bytes of a body beyond its payload: field names, ids, lifecycle values, JSON punctuation."""
@@ -107,9 +110,18 @@ class GuardedRoute(APIRoute):
         async def guarded(request: Request) -> Response:
             server = server_of(request)
             request.state.client = server.admit(request)
-            return await handler(Request(request.scope, _capped(request, server.limits[family])))
+            return await handler(_JsonRequest(request.scope, _capped(request, server.limits[family])))
 
         return guarded
+
+
+class _JsonRequest(Request):
+    """A request whose JSON body is parsed by ``loads_json``: NaN and Infinity are refused, at any depth."""
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = loads_json(await self.body())
+        return self._json
 
 
 def route_class(family: str) -> type[GuardedRoute]:
@@ -147,3 +159,40 @@ def _client(request: Request) -> AsyncMemoryClient:
 
 Client = Annotated[AsyncMemoryClient, Depends(_client)]
 bearer = HTTPBearer(auto_error=False, description="A token of MEMORY_AUTH__TOKENS; it grants one namespace.")
+
+
+class OwnHostOnly:
+    """Refuses a request sent to another host name (421) or from a page of another origin (403).
+
+    For a server without auth on loopback: a web page can make a browser send requests to 127.0.0.1, by
+    a form or by rebinding its own DNS name to it; the first carries the page's ``Origin``, the second the
+    page's name in ``Host``. Neither reaches a route.
+    """
+
+    def __init__(self, app: ASGIApp, *, host: str, port: int) -> None:
+        self.app = app
+        self.hosts = own_hosts(host, port)
+        self.origins = own_origins(host, port)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":  # the API has no websockets; lifespan passes
+            headers = dict(scope["headers"])
+            host = headers.get(b"host", b"").decode("latin-1")
+            origin = headers.get(b"origin", b"").decode("latin-1")
+            refusal = None
+            if not matches(host, self.hosts):
+                refusal = error_response(
+                    421,
+                    "misdirected_request",
+                    f"host {host!r} is not this server's; without auth it answers {', '.join(self.hosts)} only",
+                )
+            elif origin and not matches(origin, self.origins):
+                refusal = error_response(
+                    403,
+                    "forbidden",
+                    f"origin {origin!r} is not this server's; without auth it takes no cross-site calls",
+                )
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

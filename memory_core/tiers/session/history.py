@@ -14,14 +14,16 @@ from operator import methodcaller
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from memory_core.core.errors import BrokerUnavailable, InvalidRequestError
+from memory_core.core.errors import CorruptDataError, InvalidRequestError
+from memory_core.core.jsoncodec import stored_model
 from memory_core.core.keys import Keys
 from memory_core.core.models import ChatMessage, MessageRole, utcnow
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import LimitsSettings
 from memory_core.core.steps import Command, Operation, Pipeline, on_redis, run
-from memory_core.core.validation import check_value
+from memory_core.core.validation import check_count, check_value
 
 
 class SessionMessage(BaseModel):
@@ -72,11 +74,16 @@ class HistoryOperations:
         self._limits = limits
         self._where = where
 
-    def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
+    def checked(self, messages: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+        """``messages`` if they may be appended; ``InvalidRequestError`` naming the first that may not."""
         if isinstance(messages, ChatMessage) or not isinstance(messages, Sequence):
             raise InvalidRequestError(f"messages must be a list of ChatMessage, got {type(messages).__name__}")
         for i, message in enumerate(messages):
             check_value(message, ChatMessage, f"message {i}", self._limits)
+        return messages
+
+    def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
+        self.checked(messages)
         now = utcnow()
         entries = [SessionMessage(id=str(uuid.uuid4()), created_at=now, message=m) for m in messages]
         if not entries:
@@ -87,11 +94,13 @@ class HistoryOperations:
         try:
             replies = yield Pipeline([*appends, trim, *self._touches()])
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot append to the session in Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "append to the session", self._where) from exc
         return [e.model_copy(update={"cursor": text(r)}) for e, r in zip(entries, replies, strict=False)]
 
     def entries(self, *, after: str | None = None, last: int | None = None) -> Operation[list[SessionMessage]]:
         stream = self.keys.messages
+        if last is not None:
+            check_count(last, "last", 0)
         try:
             if last is not None:
                 newest = (yield Command(lambda r: r.xrevrange(stream, "+", "-", count=last))) if last > 0 else []
@@ -99,7 +108,7 @@ class HistoryOperations:
             start = f"({after}" if after else "-"
             return parse_entries((yield Command(lambda r: r.xrange(stream, start, "+"))))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "read the session", self._where) from exc
 
     def pop(self) -> Operation[SessionMessage | None]:
         """Removes the newest message and returns it; None when the session is empty."""
@@ -114,25 +123,25 @@ class HistoryOperations:
                 if (yield Command(methodcaller("xdel", stream, entry.cursor))):
                     return entry
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot remove from the session in Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "remove from the session", self._where) from exc
 
     def count(self) -> Operation[int]:
         try:
             return int((yield Command(lambda r: r.xlen(self.keys.messages))))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session from Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "read the session", self._where) from exc
 
     def clear(self) -> Operation[None]:
         try:
             yield Command(lambda r: r.delete(*self.keys.all))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot clear the session in Redis at {self._where}: {exc}") from exc
+            raise redis_failure(exc, "clear the session", self._where) from exc
 
     def summary_state(self) -> Operation[SummaryState]:
         try:
             return SummaryState.from_hash((yield Command(lambda r: r.hgetall(self.keys.state))))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session summary from Redis: {exc}") from exc
+            raise redis_failure(exc, "read the session summary") from exc
 
     def touch(self) -> Operation[None]:
         yield Pipeline(self._touches())
@@ -166,7 +175,8 @@ class SessionHistory:
         return self.add_messages([ChatMessage(role=MessageRole.ASSISTANT, content=content)])[0]
 
     def entries(self, *, after: str | None = None, last: int | None = None) -> list[SessionMessage]:
-        """Messages oldest first: all, those after the cursor ``after``, or the ``last`` n."""
+        """Messages oldest first: all, those after the cursor ``after``, or the ``last`` n (an int from 0 to
+        1000000)."""
         return run(self.ops.entries(after=after, last=last), self._perform)
 
     @property
@@ -201,20 +211,25 @@ class SummaryState(BaseModel):
     @classmethod
     def from_hash(cls, raw: Any) -> SummaryState:
         """Reads the state from its Redis hash (an HGETALL reply)."""
-        values = {text(k): text(v) for k, v in raw.items()}
-        return cls(
-            summary=values.get("summary", ""),
-            cursor=values.get("cursor") or None,
-            folded_messages=int(values.get("folded_messages", 0)),
-            folded_tokens=int(values.get("folded_tokens", 0)),
-        )
+        try:
+            values = {text(k): text(v) for k, v in raw.items()}
+            return cls(
+                summary=values.get("summary", ""),
+                cursor=values.get("cursor") or None,
+                folded_messages=int(values.get("folded_messages", 0)),
+                folded_tokens=int(values.get("folded_tokens", 0)),
+            )
+        except (ValueError, ValidationError) as exc:  # not UTF-8, not a number: a value planted under our key
+            raise CorruptDataError(f"the session's summary state read back from Redis is malformed: {exc}") from exc
 
 
 def parse_entries(raw: Any) -> list[SessionMessage]:
     """Stream entries (an XRANGE reply) as ``SessionMessage``s, with their cursors."""
     entries = []
     for cursor, fields in raw or []:
-        message = SessionMessage.model_validate_json(fields[b"m"] if b"m" in fields else fields["m"])
+        message = stored_model(
+            SessionMessage, fields.get(b"m", fields.get("m", b"")), f"session entry {text(cursor)!r}"
+        )
         entries.append(message.model_copy(update={"cursor": text(cursor)}))
     return entries
 

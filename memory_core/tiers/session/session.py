@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import redis
 
 from memory_core.core import routing
-from memory_core.core.errors import BrokerUnavailable, SetDefinitionConflict
+from memory_core.core.errors import SetDefinitionConflict
 from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
 from memory_core.core.models import ChatMessage, MemorySet, MessageRole
+from memory_core.core.redis_errors import redis_failure
 from memory_core.core.steps import Call, Command, LongTermSteps, Operation, Send
 from memory_core.core.tokens import TokenCounter
+from memory_core.core.validation import MAX_TOKENS, check_count
 from memory_core.tiers.session.history import (
     HistoryOperations,
     SessionHistory,
@@ -64,12 +66,16 @@ class SessionOperations:
         self._sets: dict[str, MemorySet] = {}
 
     def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
+        promoted = None
+        if self.history.checked(messages) and self.promote in ("messages", "both"):
+            # Resolved before the append: a promotion set that cannot be had (no worker, another item type)
+            # fails the call with nothing stored, rather than after the messages are in the session.
+            promoted = yield from self.memory_set(self.set_name, ChatMessage)
         saved = yield from self.history.add_messages(messages)
-        if saved and self.promote in ("messages", "both"):
+        if saved and promoted is not None:
             metadatas = [
                 {"session_id": self.session_id, "kind": "message", "at": s.created_at.isoformat()} for s in saved
             ]
-            promoted = yield from self.memory_set(self.set_name, ChatMessage)
             messages = [s.message for s in saved]
             yield from self._long_term.add(promoted, messages, [s.id for s in saved], metadatas, {}, wait=False)
         return saved
@@ -78,12 +84,13 @@ class SessionOperations:
         try:
             raw = yield Command(lambda r: r.hgetall(self.history.keys.entities))
         except redis.RedisError as exc:
-            raise BrokerUnavailable(f"cannot read the session entities from Redis: {exc}") from exc
+            raise redis_failure(exc, "read the session entities") from exc
         return {text(k): text(v) for k, v in raw.items()}
 
     def fold(
         self, max_tokens: int, model: str | None, wait: bool, prefixes: tuple[str, str]
     ) -> Operation[FoldReport | None]:
+        check_count(max_tokens, "max_tokens", 0, MAX_TOKENS)
         human, ai = prefixes
         request = FoldRequest(**self._scope(), max_tokens=max_tokens, model=model, human_prefix=human, ai_prefix=ai)
         return (yield from self._task(routing.SESSION_FOLD, request, FoldReport, wait))
@@ -173,23 +180,24 @@ class Session(SessionHandle):
         return BufferMemory(self, **options)
 
     def window(self, k: int = 5, **options: Any) -> WindowMemory:
-        """The last ``k`` exchanges."""
+        """The last ``k`` exchanges (an int from 0 to 500000)."""
         return WindowMemory(self, k, **options)
 
     def token_buffer(self, max_tokens: int = 2000, **options: Any) -> TokenBufferMemory:
-        """The newest messages that fit ``max_tokens``."""
+        """The newest messages that fit ``max_tokens`` (an int from 1 to 10000000)."""
         return TokenBufferMemory(self, max_tokens, **options)
 
     def summary(self, max_tokens: int = 2000, **options: Any) -> SummaryMemory:
-        """A progressive summary plus the recent messages not yet in it."""
+        """A progressive summary plus the recent messages not yet in it, which fit ``max_tokens`` (an int from 1
+        to 10000000)."""
         return SummaryMemory(self, max_tokens, **options)
 
     def entity(self, k: int = 3, **options: Any) -> EntityMemory:
-        """The last ``k`` exchanges plus summaries of the entities the input mentions."""
+        """The last ``k`` exchanges (an int from 0 to 500000) plus summaries of the entities the input mentions."""
         return EntityMemory(self, k, **options)
 
     def vector(self, k: int = 4, **options: Any) -> VectorMemory:
-        """The past exchanges of this key most relevant to the input."""
+        """The ``k`` past exchanges of this key (an int from 1 to 100) most relevant to the input."""
         return VectorMemory(self, k, **options)
 
     # -- what strategies use ------------------------------------------------------------
@@ -214,7 +222,8 @@ class Session(SessionHandle):
         wait: bool = True,
         prefixes: tuple[str, str] = ("Human", "AI"),
     ) -> FoldReport | None:
-        """Has a worker fold the oldest unsummarized messages into the summary until the rest fit ``max_tokens``."""
+        """Has a worker fold the oldest unsummarized messages into the summary until the rest fit ``max_tokens``
+        (an int from 0 to 10000000; 0 folds them all)."""
         return self._client.run(self.ops.fold(max_tokens, model, wait, prefixes))
 
     def extract_entities(self, first: str, last: str, *, wait: bool = True) -> EntitiesReport | None:

@@ -9,6 +9,13 @@ the class.
 ``save`` appends the exchange to the session once (``combined`` too, however many
 strategies it holds) and then lets each strategy do its own follow-up work (fold old
 messages into the summary, update entities, index the exchange for retrieval).
+
+A save stores its exchange once. A failure of the summarizer in the follow-up (the
+summary's fold, the entities' extraction) does not fail ``save``: it is reported apart,
+typed (``stats().summary_error``, ``stats().entity_error``, and a warning), and the next
+save catches up. Any other failure after the exchange was stored raises; retrying that
+same save (the same inputs and outputs, on the same strategy) does not store it again,
+it only runs the follow-up again.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from pydantic import BaseModel
 from memory_core.core.errors import InvalidRequestError, ReplyTimeout, SummarizerError
 from memory_core.core.models import ChatMessage, MessageRole
 from memory_core.core.tokens import TokenCounter
+from memory_core.core.validation import MAX_COUNT, MAX_TOKENS, check_count
 from memory_core.tiers.session.history import SessionMessage
 
 if TYPE_CHECKING:
@@ -30,6 +38,10 @@ if TYPE_CHECKING:
 
 
 logger = logging.getLogger(__name__)
+
+MAX_EXCHANGES = MAX_COUNT // 2
+"""The most exchanges a window may hold: two messages each, as many messages as a session's history may be
+asked for at once."""
 
 
 class MemoryStats(BaseModel):
@@ -50,6 +62,8 @@ class MemoryStats(BaseModel):
     entities: int = 0
     # entity(k): why the last save's entities were not updated (they are, with the next save's), or None.
     entity_error: str | None = None
+    # summary(): why the last save's fold into the summary failed (the next save folds again), or None.
+    summary_error: str | None = None
 
 
 class ConversationMemory:
@@ -75,6 +89,9 @@ class ConversationMemory:
         self.human_prefix = human_prefix
         self.ai_prefix = ai_prefix
         self.return_messages = return_messages
+        # The exchange of a save that failed after storing it, and what was stored: a retry of that save
+        # reuses it instead of storing the exchange twice.
+        self._unfinished: tuple[list[ChatMessage], list[SessionMessage]] | None = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(session={self.session.session_id!r}, memory_key={self.memory_key!r})"
@@ -89,9 +106,23 @@ class ConversationMemory:
         raise NotImplementedError
 
     def save(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
-        """Appends the exchange (input as a user message, output as an assistant message) and follows up."""
-        saved = self.session.add_messages(self.exchange(inputs, outputs))
+        """Appends the exchange (input as a user message, output as an assistant message) and follows up.
+
+        A summarizer failure in the follow-up is reported apart (``stats()``), never raised. If anything else
+        fails after the exchange was stored, calling ``save`` again with the same exchange does not store it
+        twice: it runs the follow-up again.
+        """
+        saved = self._stored(self.session, self.exchange(inputs, outputs))
         self.after_save(inputs, outputs, saved)
+        self._unfinished = None
+
+    def _stored(self, session: Session, exchange: list[ChatMessage]) -> list[SessionMessage]:
+        """The exchange as stored in ``session``: appended now, or by the failed save this one retries."""
+        if self._unfinished is not None and self._unfinished[0] == exchange:
+            return self._unfinished[1]
+        saved = session.add_messages(exchange)
+        self._unfinished = (exchange, saved)
+        return saved
 
     def after_save(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], saved: list[SessionMessage]) -> None:
         """Strategy-specific work once the exchange is in the session (nothing by default)."""
@@ -197,9 +228,7 @@ class WindowMemory(BufferMemory):
 
     def __init__(self, session: Session, k: int = 5, **options: Any) -> None:
         super().__init__(session, **options)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InvalidRequestError(f"k must be an int >= 0, got {k!r}")
-        self.k = k
+        self.k = check_count(k, "k", 0, MAX_EXCHANGES)
 
     def _loaded_messages(self, inputs: Mapping[str, Any] | None) -> list[ChatMessage]:
         return [e.message for e in self.session.history.entries(last=2 * self.k)]
@@ -217,9 +246,7 @@ class TokenBufferMemory(BufferMemory):
 
     def __init__(self, session: Session, max_tokens: int = 2000, **options: Any) -> None:
         super().__init__(session, **options)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        self.max_tokens = max_tokens
+        self.max_tokens = check_count(max_tokens, "max_tokens", 1, MAX_TOKENS)
 
     def _loaded_messages(self, inputs: Mapping[str, Any] | None) -> list[ChatMessage]:
         return newest_within(self.session.history.messages, self.max_tokens, self.session.tokens, self.line)
@@ -270,11 +297,10 @@ class SummaryMemory(ConversationMemory):
         **options: Any,
     ) -> None:
         super().__init__(session, **options)
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise InvalidRequestError(f"max_tokens must be a positive int, got {max_tokens!r}")
-        self.max_tokens = max_tokens
+        self.max_tokens = check_count(max_tokens, "max_tokens", 1, MAX_TOKENS)
         self.model = model
         self.wait = wait
+        self.summary_error: str | None = None
 
     def load(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         return {self.memory_key: self.render(self._loaded_messages(inputs))}
@@ -288,8 +314,18 @@ class SummaryMemory(ConversationMemory):
     def after_save(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any], saved: list[SessionMessage]) -> None:
         state = self.session.summary_state()
         recent = [e.message for e in self.session.history.entries(after=state.cursor)]
-        if self.session.tokens.count(self.buffer_string(recent)) > self.max_tokens:
+        if self.session.tokens.count(self.buffer_string(recent)) <= self.max_tokens:
+            return
+        # The exchange is stored by now: a failed fold must not fail save(), or an agent that retries would
+        # store the exchange twice. It is reported (summary_error, a warning); the messages stay unsummarized,
+        # never lost, and the next save folds them.
+        try:
             self.session.fold(self.max_tokens, model=self.model, wait=self.wait, prefixes=self._prefixes)
+        except (SummarizerError, ReplyTimeout) as exc:
+            self.summary_error = f"{type(exc).__name__}: {exc}"
+            logger.warning("session %s: summary not updated (%s); the next save tries again", self.session, exc)
+        else:
+            self.summary_error = None
 
     @property
     def _prefixes(self) -> tuple[str, str]:
@@ -306,6 +342,7 @@ class SummaryMemory(ConversationMemory):
                 "summarized_messages": state.folded_messages,
                 "summarized_tokens": state.folded_tokens,
                 "compression_ratio": ratio,
+                "summary_error": self.summary_error,
             }
         )
 
@@ -331,9 +368,7 @@ class EntityMemory(ConversationMemory):
         **options: Any,
     ) -> None:
         super().__init__(session, **options)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InvalidRequestError(f"k must be an int >= 0, got {k!r}")
-        self.k = k
+        self.k = check_count(k, "k", 0, MAX_EXCHANGES)
         self.entities_key = entities_key
         self.wait = wait
         # Messages stored whose entities are not yet extracted (the cursor of the first), and why.
@@ -390,9 +425,7 @@ class VectorMemory(ConversationMemory):
 
     def __init__(self, session: Session, k: int = 4, *, set_name: str = "exchanges", **options: Any) -> None:
         super().__init__(session, **options)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 100:
-            raise InvalidRequestError(f"k must be an int from 1 to 100, got {k!r}")
-        self.k = k
+        self.k = check_count(k, "k", 1, 100)
         self.set_name = set_name
 
     def load(self, inputs: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -412,7 +445,9 @@ class VectorMemory(ConversationMemory):
         lines = [f"{k}: {_as_text(v, k)}" for k, v in inputs.items() if k not in self.memory_variables and k != "stop"]
         lines += [f"{k}: {_as_text(v, k)}" for k, v in outputs.items()]
         metadata = {"session_id": self.session.session_id}
-        self.session.exchange_set(self.set_name).add(["\n".join(lines)], metadatas=[metadata])
+        # Named after the exchange's first message, so a retried save writes the same item, not a second one.
+        ids = [f"exchange-{saved[0].id}"] if saved else None
+        self.session.exchange_set(self.set_name).add(["\n".join(lines)], ids=ids, metadatas=[metadata])
 
     def stats(self) -> MemoryStats:
         return MemoryStats(
@@ -457,13 +492,17 @@ class CombinedMemory(ConversationMemory):
         return merged
 
     def save(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> None:
-        # Append once per session, however many strategies read it; then every strategy follows up.
+        # Append once per session, however many strategies read it; then every strategy follows up. Each
+        # strategy remembers its own session's append until the whole save is done, so a retry of a save
+        # that failed part way appends to no session twice.
         saved_by_session: dict[int, list[SessionMessage]] = {}
         for memory in self.memories:
             session_id = id(memory.session)
             if session_id not in saved_by_session:
-                saved_by_session[session_id] = memory.session.add_messages(memory.exchange(inputs, outputs))
+                saved_by_session[session_id] = memory._stored(memory.session, memory.exchange(inputs, outputs))
             memory.after_save(inputs, outputs, saved_by_session[session_id])
+        for memory in self.memories:
+            memory._unfinished = None
 
     def clear(self) -> None:
         for memory in self.memories:
@@ -477,6 +516,8 @@ class CombinedMemory(ConversationMemory):
             messages_loaded=sum(p.messages_loaded for p in parts),
             tokens_loaded=sum(p.tokens_loaded for p in parts),
             entities=sum(p.entities for p in parts),
+            entity_error=next((p.entity_error for p in parts if p.entity_error), None),
+            summary_error=next((p.summary_error for p in parts if p.summary_error), None),
         )
 
 

@@ -144,3 +144,72 @@ def test_every_setting_says_what_it_means():
         if not (inner.description or "").strip()
     ]
     assert missing == []
+
+
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cwd: Path) -> None:
+    for name in ("MEMORY_QDRANT__PATH", "MEMORY_STACK__RUN_DIR", "MEMORY_STACK__BACKUP_DIR", "XDG_DATA_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cwd.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(cwd)
+
+
+def test_data_paths_default_to_the_users_data_directory_from_any_working_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    seen = []
+    for cwd in (tmp_path / "one", tmp_path / "two"):
+        _isolated(monkeypatch, tmp_path, cwd)
+        settings = load_settings(_env_file=None)
+        seen.append((settings.qdrant.path, settings.stack.run_dir, settings.stack.backup_dir))
+    data = tmp_path / "home" / ".local" / "share" / "memory-core"
+    assert seen == [(data / "qdrant", data / "run", data / "backups")] * 2
+
+
+def test_xdg_data_home_moves_the_data_directory_and_a_relative_one_is_ignored(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+):
+    _isolated(monkeypatch, tmp_path, tmp_path / "cwd")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert load_settings(_env_file=None).qdrant.path == tmp_path / "xdg" / "memory-core" / "qdrant"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")  # the XDG spec: relative paths are invalid
+    assert load_settings(_env_file=None).qdrant.path == tmp_path / "home/.local/share/memory-core/qdrant"
+
+
+def test_a_tilde_in_a_data_path_is_the_home_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    _isolated(monkeypatch, tmp_path, tmp_path / "cwd")
+    monkeypatch.setenv("MEMORY_QDRANT__PATH", "~/vectors")
+    assert load_settings(_env_file=None).qdrant.path == tmp_path / "home" / "vectors"
+
+
+def test_an_earlier_versions_store_in_the_working_directory_is_kept_in_use_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    old = tmp_path / "project"
+    (old / ".memory-core" / "qdrant").mkdir(parents=True)
+    _isolated(monkeypatch, tmp_path, old)
+    with caplog.at_level("WARNING"):
+        settings = load_settings(_env_file=None)
+    legacy = old / ".memory-core"
+    assert (settings.qdrant.path, settings.stack.run_dir) == (legacy / "qdrant", legacy / "run")
+    new = tmp_path / "home" / ".local" / "share" / "memory-core"
+    assert f"using {legacy}, the data directory of earlier versions" in caplog.text
+    assert f"mv {legacy} {new}" in caplog.text
+    caplog.clear()
+    new.mkdir(parents=True)  # moved (or started afresh): the per-user directory wins, and nothing is said
+    with caplog.at_level("WARNING"):
+        assert load_settings(_env_file=None).qdrant.path == new / "qdrant"
+    assert "earlier versions" not in caplog.text
+
+
+def test_a_data_path_set_in_the_old_place_on_purpose_is_not_warned_about(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    old = tmp_path / "project"
+    (old / ".memory-core").mkdir(parents=True)
+    _isolated(monkeypatch, tmp_path, old)
+    for name, value in (("QDRANT__PATH", "q"), ("STACK__RUN_DIR", "r"), ("STACK__BACKUP_DIR", "b")):
+        monkeypatch.setenv(f"MEMORY_{name}", f".memory-core/{value}")
+    with caplog.at_level("WARNING"):
+        load_settings(_env_file=None)
+    assert "earlier versions" not in caplog.text

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -8,7 +9,17 @@ from memory_core.core.errors import InvalidRequestError
 from memory_core.core.messages import NewItem
 from memory_core.core.models import ChatMessage
 from memory_core.core.settings import LimitsSettings
-from memory_core.core.validation import MAX_TTL_SECONDS, check_filters, check_metadata, check_value, parse, short_repr
+from memory_core.core.validation import (
+    MAX_TTL_SECONDS,
+    MAX_WAIT_SECONDS,
+    check_count,
+    check_filters,
+    check_metadata,
+    check_seconds,
+    check_value,
+    parse,
+    short_repr,
+)
 
 LIMITS = LimitsSettings(max_value_chars=10, max_metadata_bytes=80, max_metadata_depth=2)
 
@@ -98,3 +109,22 @@ def test_a_raw_item_message_with_a_ttl_past_the_bound_is_refused():
     assert parse(NewItem, {**item, "ttl": MAX_TTL_SECONDS}, "item").ttl == MAX_TTL_SECONDS
     with pytest.raises(InvalidRequestError, match=r"ttl: Input should be less than or equal to 3153600000"):
         parse(NewItem, {**item, "ttl": 10**12}, "item")
+
+
+@pytest.mark.parametrize("value", [0, -1, -0.0, 2**63, 10**400, True, False, float("nan"), float("inf"), "5", None])
+def test_check_seconds_refuses_what_is_no_finite_positive_duration(value):
+    with pytest.raises(InvalidRequestError, match=r"timeout must be a finite number of seconds above 0 and at most"):
+        check_seconds(value, "timeout")
+
+
+@pytest.mark.parametrize("value", [1, 0.001, MAX_WAIT_SECONDS])
+def test_check_seconds_takes_ints_and_floats_in_range(value):
+    assert check_seconds(value, "timeout") == float(value)
+
+
+@pytest.mark.parametrize("value", [-1, 11, 2**63, True, 2.0, float("nan"), "3"])
+def test_check_count_names_the_argument_the_value_and_the_range(value):
+    with pytest.raises(
+        InvalidRequestError, match=rf"k must be an int from 0 to 10, got {re.escape(short_repr(value))}$"
+    ):
+        check_count(value, "k", 0, 10)

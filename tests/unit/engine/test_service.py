@@ -42,6 +42,27 @@ def test_create_is_get_or_create_and_conflicts_on_a_different_definition(service
         _create(service, capacity=6)
 
 
+def test_a_definition_conflict_names_each_differing_field_and_the_ways_out(service: MemoryService):
+    _create(service, capacity=5, compaction_config={"model": "claude-a", "limit": 3})
+    with pytest.raises(SetDefinitionConflict) as raised:
+        _create(service, capacity=6, compaction_config={"model": "claude-b", "limit": 3})
+    message = str(raised.value)
+    assert message == (
+        "memory set 'notes' of namespace 'ns', key 'k' already exists with another definition: "
+        "capacity is 5 there, 6 asked; compaction_config.model is 'claude-a' there, 'claude-b' asked. "
+        "Use the existing definition (get_memory_set('notes'), or get_or_create_memory_set with its values), "
+        "delete the set and create it anew (its items go with it), or choose another set name"
+    )
+    assert "dedup_threshold" not in message  # fields that agree are not printed
+
+
+def test_a_definition_conflict_cuts_long_values_short(service: MemoryService):
+    _create(service, compaction_config={"prompt": "a" * 500})
+    with pytest.raises(SetDefinitionConflict, match="compaction_config.prompt is 'aaa") as raised:
+        _create(service, compaction_config={"prompt": "b" * 500})
+    assert len(str(raised.value)) < 500
+
+
 def test_add_requires_the_set(service: MemoryService):
     with pytest.raises(MemorySetNotFound, match="notes"):
         service.add(_add([("a", "x")]))

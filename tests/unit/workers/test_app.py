@@ -5,14 +5,14 @@ import redis
 from celery import Celery, signals
 from kombu import Queue
 
-import workers.app
+import memory_core.workers.app
 from memory_core.core import routing
 from memory_core.core.dispatch import Dispatcher
 from memory_core.core.errors import ConfigurationError
 from memory_core.core.keys import Keys
 from memory_core.core.settings import Settings
-from workers.app import create_app
-from workers.broker import Transport
+from memory_core.workers.app import create_app
+from memory_core.workers.broker import Transport
 
 
 def _settings(tmp_path: Path, **celery: object) -> Settings:
@@ -59,7 +59,7 @@ class _Worker:
 def test_only_a_worker_consumes_through_the_fixed_transport_and_others_see_a_redis_url(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    monkeypatch.setattr(workers.app, "_observed", True)  # no metrics server from this fake worker
+    monkeypatch.setattr(memory_core.workers.app, "_observed", True)  # no metrics server from this fake worker
     app = create_app(_settings(tmp_path))
     with app.connection() as connection:  # what Flower reads queue lengths from
         assert connection.as_uri().startswith("redis://")
@@ -100,3 +100,10 @@ def test_a_redis_app_declares_classic_queues_without_publisher_confirms(tmp_path
     for queue in conf.task_queues:
         assert not queue.queue_arguments
     assert "confirm_publish" not in conf.broker_transport_options
+
+
+def test_the_checkouts_workers_app_entry_is_the_packaged_app():
+    import workers.app as entry
+
+    assert entry.create_app is memory_core.workers.app.create_app
+    assert entry.__getattr__("_schedule") is memory_core.workers.app._schedule  # what `celery -A workers.app` reads

@@ -1,5 +1,5 @@
 from memory_core.core.errors import MemorySetNotFound
-from workers.base import error_info, outline, request_namespace
+from memory_core.workers.base import error_info, outline, request_namespace
 
 
 def test_replies_go_only_to_valid_namespaces():

@@ -27,18 +27,10 @@ from pydantic import TypeAdapter, ValidationError
 from memory_core.core import metrics, routing, tracing
 from memory_core.core.auth import AUTH_HEADER, refusal
 from memory_core.core.dispatch import SENT_AT_HEADER
-from memory_core.core.errors import (
-    CALLER_MISTAKES,
-    AuthorizationError,
-    InvalidRequestError,
-    MemoryCoreError,
-    NotFoundError,
-    QuotaExceeded,
-    TransientStoreError,
-)
-from memory_core.core.messages import ErrorInfo, Reply
+from memory_core.core.errors import CALLER_MISTAKES, InvalidRequestError, MemoryCoreError, TransientStoreError
+from memory_core.core.messages import SCHEMA_VERSION, ErrorInfo, Reply
 from memory_core.core.models import Namespace
-from workers import services
+from memory_core.workers import services
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +55,21 @@ _REFUSED = "memory_core_refused_before_any_effect"
 def _refused(exc: MemoryCoreError) -> MemoryCoreError:
     setattr(exc, _REFUSED, True)
     return exc
+
+
+def callers_mistake(exc: BaseException, kwargs: dict[str, Any] | None, *, told: bool) -> bool:
+    """Whether ``exc`` is the caller's to fix (``CALLER_MISTAKES``) and ``told`` to them: then it is never
+    dead-lettered, since replaying it would fail the same way.
+
+    Kept all the same: a refused message (wrong shape, or a token that does not grant its namespace), with
+    the unroutable letters for inspection; a failure nobody can be told of (the request names no valid
+    namespace to reply to), with them too; and a request of a schema version this worker does not know,
+    where it can be replayed, since it may come from a newer client and lands once the workers are upgraded.
+    """
+    if not told or not isinstance(exc, CALLER_MISTAKES) or getattr(exc, _REFUSED, False):
+        return False
+    request = (kwargs or {}).get("request")
+    return not (isinstance(request, dict) and "v" in request and request["v"] != SCHEMA_VERSION)
 
 
 def _shape(expected: set[str]) -> str:
@@ -108,7 +115,7 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     acks_late = True
     # Outcomes of normal operation, told to the caller: Celery logs them at INFO without a traceback (a
     # first profile read finding no set yet is no error of the worker's).
-    throws = (InvalidRequestError, NotFoundError, AuthorizationError, QuotaExceeded)
+    throws = CALLER_MISTAKES
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         refused = self._refusal(args, kwargs)
@@ -190,17 +197,18 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         info = error_info(exc)
         level = logging.INFO if isinstance(exc, self.throws) else logging.WARNING
         logger.log(level, "task %s %s failed: %s", self.name, task_id, info.type)
-        # The letter first: a caller told of the failure must find its payload already kept.
-        refused = getattr(exc, _REFUSED, False)
-        mistake = isinstance(exc, CALLER_MISTAKES) and not refused
-        # A caller's mistake (a conflicting set definition, a taken backup label) is told to the caller
-        # and kept nowhere: replaying it would fail the same way, and dead letters are what operators
-        # alert on, for writes the system failed.
-        if not mistake and routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES:
+        # The letter first: a caller told of the failure must find its payload already kept. A caller's
+        # mistake (a missing set, a conflicting definition, a request that fails validation, a quota) is
+        # told to the caller and kept nowhere: replaying it would fail the same way, and dead letters are
+        # what operators alert on, for writes the system failed.
+        told = self._reply_namespace(kwargs) is not None
+        if not callers_mistake(exc, kwargs, told=told) and routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in (
+            routing.DEAD_LETTER_QUEUES
+        ):
             # A refused message never ran: it is no failed write, and replaying it from its namespace's
             # letters would send it again under the replaying operator's token (which may grant what the
             # sender's did not). It is kept for inspection with the unroutable letters, never replayed.
-            self._dead_letter(args, kwargs, task_id, info, replayable=not refused)
+            self._dead_letter(args, kwargs, task_id, info, replayable=not getattr(exc, _REFUSED, False))
         self._reply(kwargs, task_id, Reply(ok=False, error=info))
 
     def _reply_namespace(self, kwargs: Any) -> str | None:

@@ -39,6 +39,7 @@ import redis
 from kombu.transport import redis as kombu_redis
 
 from memory_core.core import metrics, routing
+from memory_core.core.dispatch import reconnect_once
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +75,8 @@ def poison_reason(entry: Any) -> str | None:
     try:
         raw = base64.b64decode(body, validate=True) if properties.get("body_encoding") == "base64" else body.encode()
         task_body = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError) as exc:
-        return f"the body cannot be decoded ({type(exc).__name__})"
+    except (binascii.Error, ValueError, RecursionError, MemoryError) as exc:  # see _UNDECODABLE
+        return f"the body cannot be decoded ({type(exc).__name__}: {exc!s:.200})"
     if not (
         isinstance(task_body, list)
         and len(task_body) == 3
@@ -112,10 +113,23 @@ def _dead_letter(raw: str, reason: str, queue: str | None) -> None:
     logger.warning("moved a queue entry of %s that is no task message to %s: %s", queue, key, reason)
 
 
-def _raw_of(exc: json.JSONDecodeError | UnicodeDecodeError) -> str:
+# What kombu's decoding of a queue entry raises for one that is no JSON it can read: invalid JSON or UTF-8, JSON
+# nested past the recursion limit (RecursionError), numbers past int's digit limit (ValueError), or one too large
+# to hold (MemoryError). Connection errors are none of these: kombu reconnects on those.
+_UNDECODABLE = (ValueError, RecursionError, MemoryError)
+
+
+def _raw_of(exc: BaseException) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return exc.doc
-    return exc.object.decode("utf-8", errors="replace")
+    if isinstance(exc, UnicodeDecodeError):
+        return exc.object.decode("utf-8", errors="replace")
+    # Nesting or size: the decoder keeps no copy of its input, and the entry is already off its queue.
+    return f"(entry not kept: {type(exc).__name__})"
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc!s:.200}"
 
 
 class QoS(kombu_redis.QoS):
@@ -152,6 +166,15 @@ class Channel(kombu_redis.Channel):
     QoS = QoS
     _sync_client: Any = None
 
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        params = super()._connparams(asynchronous)  # type: ignore[misc]  # kombu's Redis channel, untyped
+        if not asynchronous:
+            # Acknowledgements and publishes on a pooled connection a Redis restart closed are sent once more on
+            # a new one, as every memory-core pool does (``open_redis``). Not the BRPOP connection: kombu reads
+            # its replies itself and reconnects it after an error.
+            params["retry"] = reconnect_once()
+        return params
+
     def _create_client(self, asynchronous: bool = False) -> Any:
         # kombu builds a new client object for each delivery's bookkeeping and each acknowledgement, twice
         # per task message, and building one (its table of reply parsers) cost more worker CPU than the
@@ -169,16 +192,16 @@ class Channel(kombu_redis.Channel):
         # The entry is already popped when kombu fails to decode it: nothing else holds it now.
         try:
             return super()._brpop_read(**options)  # type: ignore[misc]  # kombu's Redis channel, untyped
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            _dead_letter(_raw_of(exc), f"the entry is not JSON ({exc})", None)
+        except _UNDECODABLE as exc:
+            _dead_letter(_raw_of(exc), f"the entry is not JSON ({_short(exc)})", None)
             return True
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:
         while True:  # a poison entry is skipped: the caller asked for a message
             try:
                 return super()._get(queue)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                _dead_letter(_raw_of(exc), f"the entry is not JSON ({exc})", queue)
+            except _UNDECODABLE as exc:
+                _dead_letter(_raw_of(exc), f"the entry is not JSON ({_short(exc)})", queue)
 
 
 class Transport(kombu_redis.Transport):
@@ -187,11 +210,21 @@ class Transport(kombu_redis.Transport):
     def _deliver(self, message: Any, queue: str | None) -> None:
         # Checked before kombu records it as unacknowledged and before Celery routes it. Only entries of our
         # task queues: control messages (Flower switching task events on, inspect, ping) are no tasks.
-        reason = poison_reason(message) if (queue or "").rsplit("/", 1)[-1] in routing.QUEUES else None
+        try:
+            reason = poison_reason(message) if (queue or "").rsplit("/", 1)[-1] in routing.QUEUES else None
+        except Exception as exc:  # noqa: BLE001  # any failure to check an entry is the entry's fault: never the worker's
+            reason = f"the entry cannot be checked ({_short(exc)})"
         if reason is not None:
-            _dead_letter(json.dumps(message), reason, queue)
+            _dead_letter(_dumped(message), reason, queue)
             return
         super()._deliver(message, queue)
+
+
+def _dumped(message: Any) -> str:
+    try:
+        return json.dumps(message)
+    except (ValueError, TypeError, RecursionError, MemoryError) as exc:
+        return f"(entry not kept: {type(exc).__name__})"
 
 
 def transport_for(broker_url: str) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from memory_core.core import routing
-from workers.base import MemoryTask
+from memory_core.workers.base import MemoryTask
 
 
 @shared_task(name=routing.LIST_SETS, bind=True, base=MemoryTask)

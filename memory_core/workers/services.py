@@ -95,7 +95,7 @@ def register(app: Celery, settings: Settings) -> None:
 
 
 def registered(app: Celery) -> bool:
-    """Whether ``app`` was created by ``workers.app.create_app`` (other apps have no services here)."""
+    """Whether ``app`` was created by ``memory_core.workers.app.create_app`` (other apps have no services here)."""
     return app in _settings
 
 

@@ -5,17 +5,32 @@ from __future__ import annotations
 import logging.config
 from typing import Any
 
+from celery import current_task
+from celery.app.log import TaskFormatter
+
+
+class TaskLineFormatter(TaskFormatter):
+    """Celery's ``TaskFormatter`` with ``%(task_label)s``: `` [task name(task id)]`` on a line logged inside a
+    task, nothing on the others (Celery's own fields read ``???(???)`` there: start-up, heartbeats, sweeps)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if current_task and current_task.request:
+            record.task_label = f" [{current_task.name}({current_task.request.id})]"
+        else:
+            record.task_label = ""
+        return super().format(record)
+
 
 def configure_logging(level: str = "INFO") -> None:
-    """Console logging with the task id on every line logged inside a task."""
+    """Console logging with the task's name and id on every line logged inside a task."""
     logging.config.dictConfig(
         {
             "version": 1,
             "disable_existing_loggers": False,
             "formatters": {
                 "task": {
-                    "()": "celery.app.log.TaskFormatter",
-                    "fmt": "%(asctime)s %(levelname)s %(processName)s [%(task_name)s(%(task_id)s)] %(name)s: %(message)s",
+                    "()": TaskLineFormatter,
+                    "fmt": "%(asctime)s %(levelname)s %(processName)s%(task_label)s %(name)s: %(message)s",
                 }
             },
             "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "task"}},

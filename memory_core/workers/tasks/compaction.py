@@ -8,7 +8,7 @@ from celery import shared_task
 
 from memory_core.core import routing
 from memory_core.core.errors import SummarizerError
-from workers.base import MemoryTask
+from memory_core.workers.base import MemoryTask
 
 
 @shared_task(
