@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from memory_core.core.errors import InvalidRequestError
 from memory_core.core.hosts import LOOPBACK, matches, own_hosts, own_origins
 from memory_core.core.validation import short_repr
+from memory_core.tiers.short_term import MemoryObject
 
 __all__ = [
     "LOOPBACK",
@@ -31,6 +33,7 @@ __all__ = [
     "matches",
     "own_hosts",
     "own_origins",
+    "state_json",
 ]
 
 MAX_RESULTS = 10_000
@@ -75,3 +78,17 @@ def check_finite(value: Any, where: str) -> None:
             pending.extend((child, f"{path}.{name}") for name, child in node.items())
         elif isinstance(node, list | tuple):
             pending.extend((child, f"{path}[{index}]") for index, child in enumerate(node))
+
+
+def state_json(value: Any) -> Any:
+    """Short-term state as JSON: an object with everything under it, nested (``get_fields`` only marks
+    objects), and bytes (which a Python caller may set; JSON has none) as ``{"base64": ...}``."""
+    if isinstance(value, MemoryObject):
+        return {name: state_json(value.get(name)) for name in value.get_field_names()}
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, dict):
+        return {str(k): state_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [state_json(v) for v in value]
+    return value

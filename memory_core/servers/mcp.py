@@ -13,7 +13,6 @@ hold finite numbers only (``check_finite``), as every JSON body of the HTTP API.
 
 from __future__ import annotations
 
-import base64
 import functools
 import threading
 from collections.abc import Callable
@@ -38,8 +37,14 @@ from memory_core.core.liveness import consumers
 from memory_core.core.models import MemorySetItem
 from memory_core.core.settings import Settings
 from memory_core.servers import version
-from memory_core.servers.boundary import LOOPBACK, MAX_TOKEN_BUDGET, check_finite, own_hosts, own_origins
-from memory_core.tiers.short_term import MemoryObject
+from memory_core.servers.boundary import (
+    LOOPBACK,
+    MAX_TOKEN_BUDGET,
+    check_finite,
+    own_hosts,
+    own_origins,
+    state_json,
+)
 
 T = TypeVar("T")
 
@@ -211,7 +216,7 @@ class MemoryTools:
         client, namespace = self._scopes.current()
         state = client.short_term(namespace, self._settings.key)
         value = state.get(path) if path else state
-        return {"path": path, "value": _tree(value) if isinstance(value, MemoryObject) else _jsonable(value)}
+        return {"path": path, "value": state_json(value)}
 
     def set_working_memory(self, path: str, value: Any) -> dict[str, Any]:
         """Set a value in working memory at a dotted path (like plan.step); it lasts a day unless set again."""
@@ -328,25 +333,6 @@ def _reported(tool: Callable[..., Any]) -> Callable[..., Any]:
 def _memory(item: MemorySetItem) -> Memory:
     value = item.value if isinstance(item.value, str) else item.value.content
     return Memory(id=item.id, text=value, score=item.score, metadata=item.additional_metadata)
-
-
-def _tree(node: MemoryObject) -> dict[str, Any]:
-    """An object of working memory with everything under it, as JSON (``get_fields`` only marks objects)."""
-    out: dict[str, Any] = {}
-    for name in node.get_field_names():
-        value = node.get(name)
-        out[name] = _tree(value) if isinstance(value, MemoryObject) else _jsonable(value)
-    return out
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return {"base64": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 def check(settings: Settings, *, http: bool, dev: bool, host: str) -> None:

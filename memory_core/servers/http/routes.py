@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -23,7 +22,7 @@ from memory_core.core.models import (
     Usage,
 )
 from memory_core.core.steps import Call, Operation, command
-from memory_core.servers.boundary import MAX_LISTED
+from memory_core.servers.boundary import MAX_LISTED, state_json
 from memory_core.servers.http.bodies import (
     AddItems,
     Checkpoints,
@@ -46,7 +45,7 @@ from memory_core.servers.http.bodies import (
 )
 from memory_core.servers.http.serving import Client, GuardedRoute, route_class, server_of
 from memory_core.tiers.checkpoints import AsyncCheckpointStore, Checkpoint
-from memory_core.tiers.short_term import AsyncShortTermMemory, MemoryObject
+from memory_core.tiers.short_term import AsyncShortTermMemory
 
 # -- routes -----------------------------------------------------------------------
 
@@ -165,7 +164,7 @@ async def delete_item(set_name: str, item_id: str, memory: LongTerm) -> Count:
 
 @state_routes.get(_KEY + "/state", summary="The whole short-term state object")
 async def get_state(memory: ShortTerm) -> State:
-    return State(state=_tree(await memory.load()))
+    return State(state=state_json(await memory.load()))
 
 
 @state_routes.patch(_KEY + "/state", summary="Set several paths at once; all or none are written")
@@ -175,7 +174,7 @@ async def patch_state(body: StatePatch, memory: ShortTerm) -> State:
         for path, value in body.values.items():
             root.set(path, value, ttl=body.ttl)
     await root.persist()
-    return State(state=_tree(root))
+    return State(state=state_json(root))
 
 
 @state_routes.delete(_KEY + "/state", summary="Clear the state object")
@@ -190,7 +189,7 @@ async def get_state_path(key: str, path: str, memory: ShortTerm) -> PathValue:
     value = root.get(path)
     if value is None and not root.is_exist(path):
         raise errors.NotFoundError(f"path {path!r} not found in the short-term state of key {key!r}")
-    return PathValue(path=path, value=_tree(value) if isinstance(value, MemoryObject) else _plain(value))
+    return PathValue(path=path, value=state_json(value))
 
 
 @state_routes.put(_KEY + "/state/{path}", summary="Set the value at a dotted path")
@@ -314,23 +313,3 @@ def _conflicts() -> Iterator[None]:
         raise
     except ValueError as exc:
         raise errors.ConflictError(str(exc)) from exc
-
-
-def _tree(node: MemoryObject) -> dict[str, Any]:
-    """An object of short-term state with everything under it, as JSON."""
-    out: dict[str, Any] = {}
-    for name in node.get_field_names():
-        value = node.get(name)
-        out[name] = _tree(value) if isinstance(value, MemoryObject) else _plain(value)
-    return out
-
-
-def _plain(value: Any) -> Any:
-    # Short-term state can hold bytes (set by a Python caller); JSON cannot.
-    if isinstance(value, bytes):
-        return {"base64": base64.b64encode(value).decode("ascii")}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
