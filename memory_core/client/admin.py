@@ -74,16 +74,18 @@ class Admin:
         """The set's items in insertion order, a page at a time."""
         base = {"namespace": namespace, "key": info.key, "set_name": info.definition.name}
         summary = _summary(namespace, key=info.key, set=info.definition.name)
-        first = self.client.dispatcher.call(routing.EXPORT, ExportRequest(**base), summary)
+        first = self.client.dispatcher.call(routing.EXPORT, parse(ExportRequest, base, "export"), summary)
         ids = ExportReply.model_validate(first).ids
         for start in range(0, len(ids), PAGE):
-            request = ExportRequest(**base, ids=ids[start : start + PAGE], vectors=vectors)
+            page = {**base, "ids": ids[start : start + PAGE], "vectors": vectors}
+            request = parse(ExportRequest, page, "export")
             reply = self.client.dispatcher.call(routing.EXPORT, request, summary)
             yield ExportReply.model_validate(reply).items
 
     def import_items(self, namespace: str, key: str, set_name: str, items: Sequence[ExportedItem]) -> int:
         """Writes exported items back as they were; returns how many."""
-        request = ImportRequest(namespace=namespace, key=key, set_name=set_name, items=list(items))
+        fields = {"namespace": namespace, "key": key, "set_name": set_name, "items": list(items)}
+        request = parse(ImportRequest, fields, "import")
         summary = _summary(namespace, key=key, set=set_name, items=len(items))
         return int(self.client.dispatcher.call(routing.IMPORT, request, summary)["count"])
 

@@ -158,6 +158,19 @@ def test_bad_ids_in_get_and_delete_raise_before_anything_is_enqueued(idle_client
     assert _queued(idle_client) == 0
 
 
+def test_bad_session_task_arguments_are_typed_errors_before_anything_is_enqueued(idle_client: MemoryClient):
+    session = idle_client.session("tenant", "s")
+    calls = {
+        "model": lambda: session.fold(100, model="m" * 201, wait=False),
+        "human_prefix": lambda: session.fold(100, prefixes=("h" * 65, "AI"), wait=False),
+        "first": lambda: session.extract_entities(None, "0-1", wait=False),  # type: ignore[arg-type]
+    }
+    for field, call in calls.items():
+        with pytest.raises(InvalidRequestError, match=field):
+            call()
+    assert _queued(idle_client) == 0
+
+
 def test_the_idle_client_counts_what_it_enqueues(idle_client: MemoryClient):
     # Guards every "nothing enqueued" above: a valid add must show up in the count, so it is not drained.
     idle_client.long_term("tenant", "k").add(TEXT_SET, ["fine"], wait=False)

@@ -15,7 +15,7 @@ from memory_core.core.models import ChatMessage, MemorySet, MessageRole
 from memory_core.core.redis_errors import redis_failure
 from memory_core.core.steps import Call, Command, LongTermSteps, Operation, Send
 from memory_core.core.tokens import TokenCounter
-from memory_core.core.validation import MAX_TOKENS, check_count
+from memory_core.core.validation import MAX_TOKENS, check_count, parse
 from memory_core.tiers.session.history import (
     HistoryOperations,
     SessionHistory,
@@ -92,11 +92,12 @@ class SessionOperations:
     ) -> Operation[FoldReport | None]:
         check_count(max_tokens, "max_tokens", 0, MAX_TOKENS)
         human, ai = prefixes
-        request = FoldRequest(**self._scope(), max_tokens=max_tokens, model=model, human_prefix=human, ai_prefix=ai)
+        fields = {"max_tokens": max_tokens, "model": model, "human_prefix": human, "ai_prefix": ai}
+        request = parse(FoldRequest, {**self._scope(), **fields}, "session fold")
         return (yield from self._task(routing.SESSION_FOLD, request, FoldReport, wait))
 
     def extract_entities(self, first: str, last: str, wait: bool) -> Operation[EntitiesReport | None]:
-        request = EntitiesRequest(**self._scope(), first=first, last=last)
+        request = parse(EntitiesRequest, {**self._scope(), "first": first, "last": last}, "entity extraction")
         return (yield from self._task(routing.SESSION_ENTITIES, request, EntitiesReport, wait))
 
     def finish(self) -> Operation[list[str]]:
