@@ -69,7 +69,8 @@ def test_every_python_example_runs_in_order(page: Path, readers_deployment: None
     scope: dict[str, object] = {"__name__": "readme"}
     for line, code in blocks:
         try:
-            exec(compile(code, f"{page.name}:{line}", "exec"), scope)  # noqa: S102  # the examples are ours
+            # dont_inherit: an example runs as a reader pasting it would, without this module's __future__ imports.
+            exec(compile(code, f"{page.name}:{line}", "exec", dont_inherit=True), scope)  # noqa: S102  # ours
         except Exception as exc:  # noqa: BLE001  # any failure is the example's: say which one
             pytest.fail(f"{page.relative_to(ROOT)} example at line {line} raised {type(exc).__name__}: {exc}")
     client = scope.get("client")
