@@ -28,6 +28,7 @@ from memory_core.core.errors import (
     StoreError,
     SummarizerError,
     SummarizerUnavailable,
+    TransientEmbedderError,
     TransientStoreError,
 )
 from memory_core.core.messages import ForgetReceipt, RecalledItem, RecallReply
@@ -96,6 +97,7 @@ __all__ = [
     "StoreError",
     "SummarizerError",
     "SummarizerUnavailable",
+    "TransientEmbedderError",
     "TransientStoreError",
     "Usage",
     "UserProfile",

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
+from memory_core.cli import EXIT_FAILED, EXIT_OK, emit, models
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.client.admin import PAGE, Admin
@@ -146,6 +146,8 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     p.add_argument("--dev", action="store_true", help="no auth, loopback only: for trying it out")
     p.set_defaults(run=_serve)
+
+    models.register(sub)
 
 
 def _json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -211,9 +211,18 @@ def _stores(workers: list[WorkerInfo]) -> list[dict[str, Any]]:
         host = w.host if backend != "server" else ""  # a path is a store per machine; a URL is one store
         entry = stores.setdefault(
             (backend, location, host),
-            {"backend": backend, "location": location, "host": host or None, "bytes": None, "workers": []},
+            {
+                "backend": backend,
+                "location": location,
+                "host": host or None,
+                "bytes": None,
+                "workers": [],
+                "embedders": [],
+            },
         )
         entry["workers"].append(w.name)
+        if w.embedder and w.embedder not in entry["embedders"]:  # a worker of an earlier version says nothing
+            entry["embedders"].append(w.embedder)
         if w.store_bytes is not None:
             entry["bytes"] = w.store_bytes
     return list(stores.values())
@@ -254,6 +263,7 @@ def _queues(settings: Settings) -> dict[str, Any]:
                 "store": w.store or None,
                 "store_location": w.store_location or None,
                 "store_bytes": w.store_bytes,
+                "embedder": w.embedder or None,
                 "up_seconds": round(now - w.started_at),
             }
             for w in workers
@@ -294,6 +304,8 @@ def _status_rows(report: dict[str, Any]) -> list[str]:
             size = f", {store['bytes'] / 1e6:.1f} MB" if store["bytes"] is not None else ""
             where = f" on {store['host']}" if store["host"] else ""
             rows.append(f"store    {store['backend']} at {store['location']}{where}{size}")
+            # The fingerprint the workers run; the store refuses workers of any other.
+            rows.extend(f"embedder {embedder}" for embedder in store["embedders"])
         if not report["stores"]:
             rows.append("store    unknown: no live worker reports the store it serves")
     return rows

@@ -20,6 +20,7 @@ client sees) is a ``MemoryCoreError``::
     ├── StoreError
     │   └── TransientStoreError   (tasks retry on these)
     ├── EmbedderError
+    │   └── TransientEmbedderError (an endpoint busy or down for now: tasks retry, after its Retry-After)
     ├── SummarizerError
     │   └── SummarizerUnavailable (its endpoint refuses connections)
     └── CompactionError
@@ -100,6 +101,18 @@ class TransientStoreError(StoreError):
 
 class EmbedderError(MemoryCoreError):
     """Raised when the embedding model is missing or fails."""
+
+
+class TransientEmbedderError(EmbedderError):
+    """Raised when an embeddings endpoint is busy or failing for now (429, 5xx, a timeout): tasks retry.
+
+    ``retry_after``: the seconds the endpoint asked to wait (its ``Retry-After``), if it said; a retry comes no
+    sooner (up to the tasks' longest backoff).
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class SummarizerError(MemoryCoreError):

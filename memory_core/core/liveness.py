@@ -51,6 +51,7 @@ class WorkerInfo:
     store: str = ""  # the store's backend (edge, server, local): what ``status`` reports, not its own settings
     store_location: str = ""  # the embedded store's absolute path, or the Qdrant server's URL (no password)
     store_bytes: int | None = None  # the embedded store's size on disk, measured every STORE_MEASURE_INTERVAL
+    embedder: str = ""  # the fingerprint of the embedder it runs (``describe()``); empty before it loaded it
 
     def __post_init__(self) -> None:
         if not self.name:  # unique even for two workers of one node name (in one process, or after a restart)

@@ -170,9 +170,29 @@ class QdrantSettings(_Group):
 class EmbedderSettings(_Group):
     """The embedding model the workers run. ``hashing`` is for unit tests and must be chosen explicitly."""
 
-    model: Literal["all-MiniLM-L6-v2", "hashing"] = "all-MiniLM-L6-v2"
-    """``all-MiniLM-L6-v2`` (ONNX, 384 dimensions), or ``hashing``, which exists for unit tests only (it
-    knows no meaning). Each model has its own collection: changing it starts from an empty store."""
+    model: str = Field(default="all-MiniLM-L6-v2", pattern=r"^(all-MiniLM-L6-v2|hashing|fastembed:\S+|openai:\S+)$")
+    """Which embedder: ``all-MiniLM-L6-v2`` (the default: ONNX, 384 dimensions, shipped, offline),
+    ``fastembed:<name>`` (any model the fastembed library lists, extra ``[fastembed]``; downloaded once into
+    ``cache_dir``, or loaded from ``path``), ``openai:<model>`` (any OpenAI-compatible ``/v1/embeddings``
+    endpoint, extra ``[openai]``), or ``hashing``, which exists for tests only (it knows no meaning). A store
+    keeps the fingerprint of the embedder that filled it: a worker whose embedder differs refuses to start."""
+    path: UserPath | None = None
+    """A local model directory to load instead of downloading (``fastembed:``), for machines without a
+    network."""
+    cache_dir: UserPath = Field(
+        default_factory=functools.partial(_in_data_dir, "models"),
+        json_schema_extra={"shown_default": "<data dir>/models"},  # for the Configuration page
+    )
+    """Where downloaded models are kept (``fastembed:``); never a temporary directory, which gets wiped."""
+    base_url: str | None = None
+    """The embeddings endpoint's base URL (``openai:``), e.g. ``http://localhost:11434/v1``; unset: OpenAI's."""
+    api_key: Secret = None
+    """The embeddings endpoint's API key (``openai:``); never logged, never in a task message."""
+    dimensions: int | None = Field(default=None, ge=1, le=65536)
+    """The vector length to ask the endpoint for (``openai:`` models that can shorten their vectors); unset:
+    the model's own."""
+    timeout: float = Field(default=30.0, gt=0, le=600)
+    """Seconds one request to a remote embeddings endpoint may take (``openai:``)."""
     threads: int = Field(default=1, ge=1, le=64)
     """onnxruntime intra-op threads per embedder call (1 is best on a busy worker)."""
     batch_size: int = Field(default=32, ge=1, le=1024)

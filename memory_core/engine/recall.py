@@ -55,10 +55,13 @@ class Recaller:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {limits.max_search_limit}")
         conversation = self._conversation(request)
         volatile = [_Candidate.volatile(c) for c in request.candidates]
-        # One embedder call for the query and the volatile tiers, the conversation's messages among them.
-        texts = [request.query, *(c.text for c in volatile)]
-        first = np.asarray(self.memory.embed(request.namespace, texts), dtype=np.float32)
-        query, volatile_vectors = first[0], first[1:]
+        # The query as a query; the volatile tiers (the conversation's messages among them) as documents, in one
+        # embedder call, like the stored items they are compared with.
+        (query,) = np.asarray(self.memory.embed_queries(request.namespace, [request.query]), dtype=np.float32)
+        texts = [c.text for c in volatile]
+        volatile_vectors = np.asarray(self.memory.embed(request.namespace, texts), dtype=np.float32).reshape(
+            len(texts), query.shape[0]
+        )
         talked = np.asarray([c.text in conversation for c in volatile], dtype=bool)
         talk = volatile_vectors[talked] if conversation else np.empty((0, query.shape[0]), dtype=np.float32)
         stored = self._long_term(request, query, _unit(talk.mean(axis=0)) if len(talk) else None)

@@ -161,6 +161,13 @@ class MemoryService:
             return self.embeddings.embed_many(pairs, written=written)
         return embed_timed(self.embedder, [text for _, text in pairs])
 
+    def embed_queries(self, namespace: str, texts: list[str]) -> list[list[float]]:
+        """Vectors for search queries (``Embedder.embed_queries``: a model's query prefix applied), cached apart
+        from documents' vectors."""
+        if self.embeddings is not None:
+            return self.embeddings.embed(namespace, texts, queries=True)
+        return embed_timed(self.embedder, texts, queries=True)
+
     def _definition(self, scope: Scope) -> MemorySet:
         return require_set(self.store, scope)
 
@@ -419,7 +426,7 @@ class MemoryService:
         if request.limit > self.limits.max_search_limit:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {self.limits.max_search_limit}")
         self._definition(request.scope)
-        (vector,) = self.embed(request.namespace, [request.query])
+        (vector,) = self.embed_queries(request.namespace, [request.query])
         items = self.store.search(
             request.scope, vector, request.limit, request.filters, text=request.query, mode=request.mode
         )

@@ -136,7 +136,12 @@ class HeartbeatStep(bootsteps.StartStopStep):
         base = services.basics(parent.app)
         settings = base.settings
         queues = tuple(sorted(queue.name for queue in parent.task_consumer.queues))
-        info = WorkerInfo(hostname=parent.hostname, queues=queues, **store_fields(settings.qdrant))
+        info = WorkerInfo(
+            hostname=parent.hostname,
+            queues=queues,
+            embedder=services.embedder_of(parent.app),  # loaded by the preflight, before the consumer starts
+            **store_fields(settings.qdrant),
+        )
         self.heartbeat = Heartbeat(base.redis, base.keys, info, interval=settings.celery.heartbeat_interval)
         try:
             self.heartbeat.start()

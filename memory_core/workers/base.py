@@ -27,7 +27,13 @@ from pydantic import TypeAdapter, ValidationError
 from memory_core.core import metrics, routing, tracing
 from memory_core.core.auth import AUTH_HEADER, refusal
 from memory_core.core.dispatch import SENT_AT_HEADER
-from memory_core.core.errors import CALLER_MISTAKES, InvalidRequestError, MemoryCoreError, TransientStoreError
+from memory_core.core.errors import (
+    CALLER_MISTAKES,
+    InvalidRequestError,
+    MemoryCoreError,
+    TransientEmbedderError,
+    TransientStoreError,
+)
 from memory_core.core.messages import SCHEMA_VERSION, ErrorInfo, Reply
 from memory_core.core.models import Namespace
 from memory_core.workers import services
@@ -46,6 +52,16 @@ def request_namespace(kwargs: dict[str, Any] | None) -> str | None:
         return _NAMESPACE.validate_python(request.get("namespace"))
     except ValidationError:
         return None
+
+
+def retry_countdown(exc: BaseException | None, countdown: float | None, longest: float) -> float | None:
+    """The delay before a retry: the backoff's, or longer where the endpoint's ``Retry-After`` asks for it, but
+    never past ``longest`` (the longest backoff, which settings keep under the broker's visibility timeout, so
+    a message waiting out a Retry-After is not handed to a second worker)."""
+    wait = exc.retry_after if isinstance(exc, TransientEmbedderError) else None
+    if wait is None:
+        return countdown
+    return max(countdown or 0.0, min(wait, longest))
 
 
 # Marks an error as the refusal of a message as a whole (raised before the task had any effect).
@@ -107,7 +123,9 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
 
     # A Redis blip inside a task (a lock, a version bump) is retried like a store blip; if Redis is
     # down for longer, the unacknowledged message comes back after the visibility timeout anyway.
-    autoretry_for = (TransientStoreError, redis.ConnectionError, redis.TimeoutError)
+    # An embeddings endpoint that is busy or down (429, 5xx, timeout) is retried the same way, no sooner than
+    # its Retry-After (see ``retry``): the wait is the broker's, no worker thread sleeps through it.
+    autoretry_for = (TransientStoreError, TransientEmbedderError, redis.ConnectionError, redis.TimeoutError)
     retry_backoff = True
     retry_backoff_max = 60
     retry_jitter = True
@@ -169,6 +187,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         return None
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(kwargs.get("exc"), TransientEmbedderError):  # autoretry passes exc and countdown by name
+            kwargs["countdown"] = retry_countdown(kwargs["exc"], kwargs.get("countdown"), self.retry_backoff_max)
         # Celery drops a message for good (``Reject(requeue=False)``) when it cannot publish the
         # retry, i.e. exactly when the broker is in trouble. Put it back on its queue instead.
         try:

@@ -86,6 +86,7 @@ class Basics:
 _settings: weakref.WeakKeyDictionary[Celery, Settings] = weakref.WeakKeyDictionary()
 _basics: weakref.WeakKeyDictionary[Celery, Basics] = weakref.WeakKeyDictionary()
 _built: weakref.WeakKeyDictionary[Celery, Services] = weakref.WeakKeyDictionary()
+_embedders: weakref.WeakKeyDictionary[Celery, str] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -134,7 +135,14 @@ def get(app: Celery) -> Services:
         if services is None:
             services = _build(base)
             _built[app] = services
+            _embedders[app] = services.memory.embedder.fingerprint.describe()
         return services
+
+
+def embedder_of(app: Celery) -> str:
+    """The fingerprint (``describe()``) of the embedder ``app``'s services were built with in this process
+    (kept after they are closed: a prefork parent closes them before it forks); ``""`` before."""
+    return _embedders.get(app, "")
 
 
 def close(app: Celery) -> None:
@@ -153,7 +161,10 @@ def _build(base: Basics) -> Services:
     # Tasks the worker enqueues itself (compactions) carry a token that grants their namespace.
     dispatcher = Dispatcher(settings, redis_client, keys, token_for=tokens.token_for if tokens else None)
     embedder = open_embedder(settings.embedder)
-    store = open_store(settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension)
+    # Refuses a store that holds another embedder's vectors (ConfigurationError: the preflight's one line).
+    store = open_store(
+        settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension, fingerprint=embedder.fingerprint
+    )
     try:
         summarizer = open_summarizer(settings, embedder)
     except BaseException:
@@ -165,7 +176,7 @@ def _build(base: Basics) -> Services:
     logger.info(
         "worker services ready: store at %s, embedder %s, summarizer %s, redis %s",
         store.location,
-        embedder.model_name,
+        embedder.fingerprint.describe(),
         type(summarizer).__name__,
         redact_url(settings.redis.url),
     )

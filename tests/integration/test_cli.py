@@ -477,3 +477,43 @@ def test_worker_log_lines_name_the_task_inside_one_and_nothing_outside(settings:
     erased = next(line for line in text.splitlines() if "erased namespace acme" in line)
     assert "[memory.forget(" in erased, erased
     assert receipt.namespace == "acme"
+
+
+def test_models_pull_with_a_local_model_directory_says_it_is_local_and_downloads_nothing(
+    settings: Settings, tmp_path: Path
+):
+    local = tmp_path / "bge"
+    local.mkdir()
+    cache = tmp_path / "models"
+    spec = "fastembed:BAAI/bge-small-en-v1.5"
+    env = {"MEMORY_EMBEDDER__PATH": str(local), "MEMORY_EMBEDDER__CACHE_DIR": str(cache)}
+    done = run(settings, tmp_path, "models", "pull", spec, **env)
+    assert done.returncode == 0, done.stderr
+    assert f"MEMORY_EMBEDDER__PATH is set: workers load {spec} from {local}" in done.stdout
+    assert ok(run(settings, tmp_path, "models", "pull", spec, "--json", **env)) == {
+        "spec": spec,
+        "source": "local",
+        "path": str(local),
+    }
+    assert not cache.exists()
+
+
+def test_models_pull_finds_a_completed_copy_in_the_cache_and_refuses_what_it_cannot_pull(
+    settings: Settings, tmp_path: Path
+):
+    pytest.importorskip("fastembed", reason="the [fastembed] extra is not installed")
+    cache = tmp_path / "models"
+    pulled = cache / "fastembed" / "baai--bge-small-en-v1.5"
+    pulled.mkdir(parents=True)
+    (pulled / "memory-core-model.json").write_text("{}")  # written by a pull just before its rename
+    env = {"MEMORY_EMBEDDER__CACHE_DIR": str(cache)}
+    answer = ok(run(settings, tmp_path, "models", "pull", "fastembed:BAAI/bge-small-en-v1.5", "--json", **env))
+    assert answer == {"spec": "fastembed:BAAI/bge-small-en-v1.5", "source": "cache", "path": str(pulled)}
+    unknown = run(settings, tmp_path, "models", "pull", "fastembed:no/such-model", **env)
+    assert unknown.returncode == 1
+    assert "'no/such-model'" in unknown.stderr
+    bad = run(settings, tmp_path, "models", "pull", "word2vec", **env)
+    assert bad.returncode == 2
+    assert "'word2vec'" in bad.stderr
+    assert "fastembed:<name>" in bad.stderr
+    assert ok(run(settings, tmp_path, "models", "pull", "all-MiniLM-L6-v2", "--json"))["source"] == "shipped"

@@ -1,19 +1,73 @@
-"""Embedders: the ``Embedder`` Protocol, all-MiniLM-L6-v2 on ONNX (default) and a hashing one for unit tests."""
+"""Embedders: the ``Embedder`` Protocol and one module per provider, chosen by ``MEMORY_EMBEDDER__MODEL``.
+
+``all-MiniLM-L6-v2`` (ONNX, shipped, the default), ``fastembed:<name>``, ``openai:<model>``, and ``hashing``
+(tests only). Each provider registers a builder in ``_PROVIDERS``; the rest of the engine only sees the
+Protocol and the embedder's ``fingerprint``.
+"""
 
 from __future__ import annotations
 
-from memory_core.core.settings import EmbedderSettings
-from memory_core.engine.embedders.base import Embedder
+from collections.abc import Callable, Mapping
 
-__all__ = ["Embedder", "open_embedder"]
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.settings import EmbedderSettings
+from memory_core.engine.embedders.base import Embedder, EmbedderFingerprint
+
+__all__ = ["Embedder", "EmbedderFingerprint", "open_embedder", "pre_fingerprint_models"]
+
+
+def _minilm(settings: EmbedderSettings, _: str) -> Embedder:
+    from memory_core.engine.embedders.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder(threads=settings.threads, batch_size=settings.batch_size, max_tokens=settings.max_tokens)
+
+
+def _hashing(_settings: EmbedderSettings, _: str) -> Embedder:
+    from memory_core.engine.embedders.hashing import HashingEmbedder
+
+    return HashingEmbedder()
+
+
+def _fastembed(settings: EmbedderSettings, name: str) -> Embedder:
+    from memory_core.engine.embedders.fastembed import FastEmbedEmbedder
+
+    return FastEmbedEmbedder(settings, name=name)
+
+
+def _openai(settings: EmbedderSettings, model: str) -> Embedder:
+    from memory_core.engine.embedders.openai import OpenAIEmbedder
+
+    return OpenAIEmbedder(settings, model=model)
+
+
+_PROVIDERS: Mapping[str, Callable[[EmbedderSettings, str], Embedder]] = {
+    "all-MiniLM-L6-v2": _minilm,
+    "hashing": _hashing,
+    "fastembed": _fastembed,
+    "openai": _openai,
+}
+"""Builders by the spec's prefix (the part before ``:``, or the whole spec for the fixed ones); each gets the
+settings and the rest of the spec (the model's name, ``""`` for fixed ones). Imports are lazy: a provider's
+library is loaded only by a worker that chose it."""
 
 
 def open_embedder(settings: EmbedderSettings) -> Embedder:
     """Builds the configured embedder. Called once per worker process, after fork."""
-    if settings.model == "hashing":
-        from memory_core.engine.embedders.hashing import HashingEmbedder
+    prefix, _, name = settings.model.partition(":")
+    build = _PROVIDERS.get(prefix)
+    if build is None:  # the setting's pattern keeps this out; a spec built in code might not
+        raise ConfigurationError(
+            f"MEMORY_EMBEDDER__MODEL={settings.model!r} names no embedder; expected all-MiniLM-L6-v2, hashing, "
+            "fastembed:<name> or openai:<model>"
+        )
+    return build(settings, name)
 
-        return HashingEmbedder()
-    from memory_core.engine.embedders.minilm import MiniLMEmbedder
 
-    return MiniLMEmbedder(threads=settings.threads, batch_size=settings.batch_size, max_tokens=settings.max_tokens)
+def pre_fingerprint_models() -> dict[str, Callable[[], EmbedderFingerprint]]:
+    """The fingerprints of the models that filled stores before stores recorded one, by model name (what
+    their collections are named after). Until then the workers ran all-MiniLM-L6-v2, or ``hashing`` (384
+    dimensions) in tests. Built on call: MiniLM's hashes its weights file."""
+    from memory_core.engine.embedders.hashing import hashing_fingerprint
+    from memory_core.engine.embedders.minilm import MODEL_NAME, minilm_fingerprint
+
+    return {MODEL_NAME: minilm_fingerprint, "hashing-384": lambda: hashing_fingerprint(384)}

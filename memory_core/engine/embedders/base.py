@@ -2,11 +2,60 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from memory_core.core.metrics import EMBED_SECONDS, EMBEDDED_TEXTS, timed
 from memory_core.core.tracing import tracer
+
+
+class EmbedderFingerprint(BaseModel):
+    """What makes two embedders' vectors comparable: two fingerprints that differ in any field mean vectors of
+    two spaces, which must never be compared (or stored in one collection), even when the dimensions agree."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    provider: str = Field(min_length=1, max_length=64)
+    """``minilm``, ``hashing``, ``fastembed``, ``openai``..."""
+    model: str = Field(min_length=1, max_length=300)
+    """The provider's model id (e.g. ``BAAI/bge-small-en-v1.5``)."""
+    revision: str = Field(default="", max_length=200)
+    """A revision or a hash of the model's weights file, where the provider has one; ``""`` where not."""
+    dimension: int = Field(ge=1, le=65536)
+    pooling: Literal["mean", "cls", "none", "remote"] = "mean"
+    """How token vectors become one: ``remote`` when an endpoint does it (unknown to us, fixed by the model)."""
+    normalized: bool = True
+    """Whether vectors are L2-normalized before they are stored."""
+    query_prefix: str = Field(default="", max_length=200)
+    document_prefix: str = Field(default="", max_length=200)
+
+    @property
+    def id(self) -> str:
+        """A short stable digest of every field: equal ids mean the same vector space."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        """One line for people: ``provider:model@revision (dimension d, pooling, prefixes)``."""
+        revision = f"@{self.revision[:12]}" if self.revision else ""
+        prefixes = f", query prefix {self.query_prefix!r}" if self.query_prefix else ""
+        prefixes += f", document prefix {self.document_prefix!r}" if self.document_prefix else ""
+        normalized = "normalized" if self.normalized else "not normalized"
+        shape = f"{self.dimension} d, {self.pooling} pooling, {normalized}{prefixes}"
+        return f"{self.provider}:{self.model}{revision} ({shape})"
+
+    @property
+    def spec(self) -> str:
+        """The ``MEMORY_EMBEDDER__MODEL`` value that selects this embedder's provider and model."""
+        return SPEC_OF_PROVIDER.get(self.provider) or f"{self.provider}:{self.model}"
+
+
+SPEC_OF_PROVIDER = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing"}
+"""Providers whose setting is one fixed word; every other provider is ``<provider>:<model>``."""
 
 
 class Embedder(Protocol):
@@ -22,14 +71,23 @@ class Embedder(Protocol):
         """The length of every vector."""
         ...
 
+    @property
+    def fingerprint(self) -> EmbedderFingerprint:
+        """What the vectors depend on; a store records it, and a worker whose embedder differs refuses to start."""
+        ...
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order."""
+        """One vector per text (a document: what is stored), in order."""
+        ...
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per search query, in order (models with a query prefix add it; others equal ``embed``)."""
         ...
 
 
-def embed_timed(embedder: Embedder, texts: list[str]) -> list[list[float]]:
-    """``embedder.embed(texts)``, timed, counted and traced."""
+def embed_timed(embedder: Embedder, texts: list[str], *, queries: bool = False) -> list[list[float]]:
+    """``embedder.embed(texts)`` (``embed_queries`` with ``queries``), timed, counted and traced."""
     with tracer.start_as_current_span("embed", attributes={"texts": len(texts)}), timed(EMBED_SECONDS):
-        vectors = embedder.embed(texts)
+        vectors = embedder.embed_queries(texts) if queries else embedder.embed(texts)
     EMBEDDED_TEXTS.inc(len(texts))
     return vectors

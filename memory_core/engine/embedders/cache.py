@@ -1,4 +1,5 @@
-"""Embeddings cached in Redis by (namespace, model, text hash): a repeated text is never embedded twice."""
+"""Embeddings cached in Redis by (namespace, embedder fingerprint, query or document, text hash): a repeated
+text is never embedded twice, and a vector of one model, or a query's vector, is never served for another."""
 
 from __future__ import annotations
 
@@ -61,19 +62,25 @@ class EmbeddingCache:
         self.hits = 0
         self.misses = 0
 
-    def embed(self, namespace: str, texts: Sequence[str], *, written: bool = False) -> list[list[float]]:
+    def embed(
+        self, namespace: str, texts: Sequence[str], *, written: bool = False, queries: bool = False
+    ) -> list[list[float]]:
         """Vectors for ``texts``, from the cache where present; the rest embedded in one batch and stored."""
-        return self.embed_many([(namespace, text) for text in texts], written=written)
+        return self.embed_many([(namespace, text) for text in texts], written=written, queries=queries)
 
-    def embed_many(self, pairs: Sequence[tuple[str, str]], *, written: bool = False) -> list[list[float]]:
+    def embed_many(
+        self, pairs: Sequence[tuple[str, str]], *, written: bool = False, queries: bool = False
+    ) -> list[list[float]]:
         """Vectors for ``(namespace, text)`` pairs of any namespaces: one MGET, one embedder call for the misses.
 
         Entries are cached per namespace (no cross-tenant timing hints); a text needed by several
-        namespaces is embedded once.
+        namespaces is embedded once. ``queries``: the texts are search queries (``embed_queries``), cached
+        apart from documents, since a model with a query prefix embeds the same text differently as one.
         """
         if not pairs:
             return []
-        model = self.embedder.model_name
+        # The fingerprint's id, not the model's name: two revisions or prefixes of one model never share entries.
+        model = f"{self.embedder.fingerprint.id}.{'query' if queries else 'document'}"
         keys = [
             self._keys.cached_embedding(namespace, model, hashlib.sha256(text.encode("utf-8")).hexdigest()[:40])
             for namespace, text in pairs
@@ -90,7 +97,7 @@ class EmbeddingCache:
         CACHE.labels("embedding", "hit").inc(len(pairs) - len(missing))
         CACHE.labels("embedding", "miss").inc(len(unique))
         if unique:
-            fresh = dict(zip(unique, embed_timed(self.embedder, unique), strict=True))
+            fresh = dict(zip(unique, embed_timed(self.embedder, unique, queries=queries), strict=True))
             for i in missing:
                 vectors[i] = fresh[pairs[i][1]]
             ttl = self._write_ttl if written else self._ttl

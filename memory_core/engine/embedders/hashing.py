@@ -12,6 +12,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from memory_core.engine.embedders.base import EmbedderFingerprint
+
 _WORD = re.compile(r"\w+")
 
 
@@ -29,8 +31,15 @@ class HashingEmbedder:
     def dimension(self) -> int:
         return self._dimension
 
+    @property
+    def fingerprint(self) -> EmbedderFingerprint:
+        return hashing_fingerprint(self._dimension)
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         return [self._one(text) for text in texts]
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.embed(texts)
 
     def _one(self, text: str) -> list[float]:
         vector = [0.0] * self._dimension
@@ -40,3 +49,8 @@ class HashingEmbedder:
             vector[bucket] += 1.0 if digest[4] & 1 else -1.0
         norm = math.sqrt(sum(v * v for v in vector)) or 1.0
         return [v / norm for v in vector]
+
+
+def hashing_fingerprint(dimension: int) -> EmbedderFingerprint:
+    """The fingerprint of ``HashingEmbedder(dimension)`` (no weights: no revision; word counts, not pooled)."""
+    return EmbedderFingerprint(provider="hashing", model=f"hashing-{dimension}", dimension=dimension, pooling="none")

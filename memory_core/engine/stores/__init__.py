@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from memory_core.core.errors import ConfigurationError
 from memory_core.core.settings import QdrantSettings, redact_url
+from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import ItemRecord, VectorStore, point_id
+from memory_core.engine.stores.fingerprints import META_SUFFIX
 
-__all__ = ["ItemRecord", "VectorStore", "collection_name", "open_store", "point_id"]
+__all__ = ["ItemRecord", "VectorStore", "collection_name", "meta_collection_name", "open_store", "point_id"]
 
 
 LAYOUT = "v3"
@@ -35,17 +38,46 @@ def _named(settings: QdrantSettings, model_name: str, layout: str) -> str:
     return f"{settings.collection_prefix}_{slug}" + (f"_{layout}" if layout else "")
 
 
-def open_store(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
-    """Opens the configured store. Called once per worker process, after fork."""
+def meta_collection_name(settings: QdrantSettings) -> str:
+    """The store's metadata collection (its embedder fingerprint): one per store, whatever the model."""
+    return f"{settings.collection_prefix}{META_SUFFIX}"
+
+
+def pre_fingerprint_collections(settings: QdrantSettings) -> dict[str, Callable[[], EmbedderFingerprint]]:
+    """Collection name -> the fingerprint of the model that filled it, for stores made before fingerprints
+    were recorded, MiniLM's first (every layout of each: a store may still await its layout migration)."""
+    from memory_core.engine.embedders import pre_fingerprint_models
+
+    return {
+        name: fingerprint
+        for model, fingerprint in pre_fingerprint_models().items()
+        for name in (collection_name(settings, model), *earlier_collection_names(settings, model))
+    }
+
+
+def open_store(
+    settings: QdrantSettings, *, model_name: str, dimension: int, fingerprint: EmbedderFingerprint | None = None
+) -> VectorStore:
+    """Opens the configured store. Called once per worker process, after fork.
+
+    With ``fingerprint`` (the embedder's), a store that holds another embedder's vectors is refused with
+    ``ConfigurationError``, before anything is created for this model; a store with none recorded gets one
+    (``memory_core.engine.stores.fingerprints``).
+    """
     from memory_core.engine.stores.faults import with_faults
     from memory_core.engine.stores.metered import metered
 
-    return with_faults(metered(_open(settings, model_name=model_name, dimension=dimension)), settings.fault_flag)
+    store = _open(settings, model_name=model_name, dimension=dimension, fingerprint=fingerprint)
+    return with_faults(metered(store), settings.fault_flag)
 
 
-def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> VectorStore:
+def _open(
+    settings: QdrantSettings, *, model_name: str, dimension: int, fingerprint: EmbedderFingerprint | None
+) -> VectorStore:
     collection = collection_name(settings, model_name)
     earlier = earlier_collection_names(settings, model_name)
+    meta = meta_collection_name(settings)
+    legacy = pre_fingerprint_collections(settings) if fingerprint is not None else None
     if settings.backend == "edge":
         from memory_core.engine.stores.edge import EdgeVectorStore
 
@@ -55,6 +87,9 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
             dimension=dimension,
             earlier=earlier,
             tombstone_ttl=settings.tombstone_ttl,
+            meta=meta,
+            fingerprint=fingerprint,
+            legacy=legacy,
         )
     from memory_core.engine.stores.qdrant import QdrantVectorStore
 
@@ -69,23 +104,19 @@ def _open(settings: QdrantSettings, *, model_name: str, dimension: int) -> Vecto
                 f"MEMORY_QDRANT__URL must be an http:// or https:// URL with MEMORY_QDRANT__BACKEND='server', "
                 f"got {redact_url(settings.url)!r} (e.g. http://qdrant:6333)"
             )
-        api_key = settings.api_key.get_secret_value() if settings.api_key else None
-        return QdrantVectorStore.connect(
-            settings.url,
-            api_key=api_key,
-            timeout=settings.timeout,
-            collection=collection,
-            dimension=dimension,
-            earlier=earlier,
-            tombstone_ttl=settings.tombstone_ttl,
-        )
-    # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
+        url, api_key = settings.url, settings.api_key.get_secret_value() if settings.api_key else None
+    else:
+        # "local": qdrant-client's embedded mode, in memory or in a directory (tests, tiny deployments).
+        url, api_key = settings.url or str(settings.path), None
     return QdrantVectorStore.connect(
-        settings.url or str(settings.path),
-        api_key=None,
+        url,
+        api_key=api_key,
         timeout=settings.timeout,
         collection=collection,
         dimension=dimension,
         earlier=earlier,
         tombstone_ttl=settings.tombstone_ttl,
+        meta=meta,
+        fingerprint=fingerprint,
+        legacy=legacy,
     )

@@ -26,6 +26,8 @@ check them on each):
   IDF applied by the engine) and a BM25 sparse vector of its text with the set's previous
   ``context_window`` items (``bm25_ctx``), so a turn is found by the words of the turns that led to it.
 * Set definitions are stored durably beside the items (a second collection).
+* The store records the fingerprint of the embedder that filled it (``fingerprints``), so vectors of
+  two models never meet in it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Any, Protocol
 
 from memory_core.core.errors import MemorySetNotFound
 from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope, SearchMode
+from memory_core.engine.embedders.base import EmbedderFingerprint
 
 # Fixed forever: changing it would orphan every stored point.
 _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
@@ -439,6 +442,14 @@ class VectorStore(Protocol):
     @property
     def location(self) -> str:
         """Where the data lives (a directory or a redacted URL), for operators."""
+        ...
+
+    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
+        """The fingerprint of the embedder whose vectors the store holds, as recorded; None if none is."""
+        ...
+
+    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
+        """Records (replaces) the store's embedder fingerprint, durably."""
         ...
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from memory_core.core.errors import StoreError, TransientStoreError
 from memory_core.core.files import copy_tree_sparse
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.store_owner import StoreOwner
+from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
@@ -54,6 +55,13 @@ from memory_core.engine.stores.base import (
     to_payload,
     tombstone_payload,
     with_context,
+)
+from memory_core.engine.stores.fingerprints import (
+    FINGERPRINT_POINT,
+    META_SUFFIX,
+    fingerprint_from_payload,
+    fingerprint_payload,
+    settle_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -150,6 +158,11 @@ def _items_config(dimension: int) -> qe.EdgeConfig:
     return qe.EdgeConfig(vectors={DENSE: dense}, sparse_vectors=sparse)
 
 
+def _registry_config() -> qe.EdgeConfig:
+    """A shard of records, not vectors (set definitions, the fingerprint): one constant 1-d vector each."""
+    return qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
+
+
 def _holds_data(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
@@ -175,24 +188,58 @@ class EdgeVectorStore:
         dimension: int,
         earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
+        meta: str | None = None,
+        fingerprint: EmbedderFingerprint | None = None,
+        legacy: Mapping[str, Callable[[], EmbedderFingerprint]] | None = None,
     ) -> None:
-        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found."""
+        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found.
+
+        ``meta``: the shard of the store's fingerprint (default ``<collection>__meta``). ``fingerprint``: the
+        embedder's; a store that records another refuses to open (``settle_fingerprint``, which ``legacy``
+        is for). Checked before the items shard is opened or created.
+        """
         self._path = path
+        self._collection = collection
         self._tombstone_ttl = tombstone_ttl
         self._write_lock = threading.Lock()
         self._owner = StoreOwner(path)  # first: a second opener is told who holds the store, by name
+        self._meta: qe.EdgeShard | None = None
         try:
+            self._meta_dir = path / (meta or f"{collection}{META_SUFFIX}")
+            self._meta = _open_shard(self._meta_dir, _registry_config())
+            settle_fingerprint(self, fingerprint, legacy or {})
             self._open(path, collection, dimension, earlier)
         except BaseException:
+            if self._meta is not None:
+                self._meta.close()
             self._owner.release()
             raise
+
+    def holds_collection(self, name: str) -> bool:
+        """Whether the store's directory holds a shard of this name with data."""
+        return _holds_data(self._path / name)
+
+    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
+        with _translated("fingerprint read"):
+            records = self._shard_meta().retrieve([FINGERPRINT_POINT], with_payload=True, with_vector=False)
+        return fingerprint_from_payload(records[0].payload if records else None, str(self._meta_dir))
+
+    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
+        point = qe.Point(FINGERPRINT_POINT, {DENSE: [1.0]}, fingerprint_payload(fingerprint, self._collection))
+        self._update(self._shard_meta(), qe.UpdateOperation.upsert_points([point]), "fingerprint write")
+        with self._write_lock, _translated("fingerprint flush"):
+            self._shard_meta().flush()  # a record the next open must find, whatever happens to this process
+
+    def _shard_meta(self) -> qe.EdgeShard:
+        if self._meta is None:
+            raise StoreError(f"the store at {self._path} is closed")
+        return self._meta
 
     def _open(self, path: Path, collection: str, dimension: int, earlier: Sequence[str]) -> None:
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
         self._items = _open_shard(path / collection, _items_config(dimension))
-        registry_vector = qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)
-        self._sets = _open_shard(path / f"{collection}__sets", qe.EdgeConfig(vectors={DENSE: registry_vector}))
+        self._sets = _open_shard(path / f"{collection}__sets", _registry_config())
         for shard in (self._items, self._sets):
             self._index(shard)
         source = next((path / name for name in earlier if _holds_data(path / name)), None) if fresh else None
@@ -220,9 +267,7 @@ class EdgeVectorStore:
         registry = source.parent / f"{source.name}__sets"
         definitions: list[dict[str, Any]] = []
         if registry.is_dir():
-            old_sets = _open_shard(
-                registry, qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
-            )
+            old_sets = _open_shard(registry, _registry_config())
             try:
                 definitions = list(self._scroll(old_sets, None))
             finally:
@@ -527,7 +572,12 @@ class EdgeVectorStore:
         target.mkdir(parents=True, exist_ok=True)
         copied = []
         with self._write_lock:
-            for shard, directory in ((self._items, self._items_dir), (self._sets, self._sets_dir)):
+            shards = (
+                (self._items, self._items_dir),
+                (self._sets, self._sets_dir),
+                (self._shard_meta(), self._meta_dir),
+            )
+            for shard, directory in shards:
                 with _translated("flush"):
                     shard.flush()
                 copy_tree_sparse(directory, target / directory.name, skip="*.lock")
@@ -542,9 +592,12 @@ class EdgeVectorStore:
     def close(self) -> None:
         with self._write_lock:
             try:
-                for shard in (self._items, self._sets):
+                for shard in (self._items, self._sets, self._meta):
+                    if shard is None:
+                        continue
                     with _translated("close"):
                         shard.flush()
                         shard.close()
             finally:
+                self._meta = None
                 self._owner.release()

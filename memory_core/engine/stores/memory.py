@@ -18,6 +18,7 @@ import numpy as np
 
 from memory_core.core.errors import ConfigurationError
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
+from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
     LEXICAL,
     LEXICAL_FLOOR,
@@ -80,12 +81,20 @@ def _same(actual: object, expected: object) -> bool:
 class InMemoryVectorStore:
     """Keeps points in dicts keyed by scope, tombstones (``seq``, ``keep_until``) beside them; thread-safe."""
 
-    def __init__(self, *, tombstone_ttl: float = TOMBSTONE_TTL) -> None:
+    def __init__(self, *, tombstone_ttl: float = TOMBSTONE_TTL, fingerprint: EmbedderFingerprint | None = None) -> None:
+        """``fingerprint``: the embedder's, recorded at once (the store starts empty, so nothing can differ)."""
         self._items: dict[Scope, dict[str, tuple[dict[str, Any], np.ndarray]]] = {}
         self._tombstones: dict[Scope, dict[str, tuple[int, float]]] = {}
         self._sets: dict[tuple[str, str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._tombstone_ttl = tombstone_ttl
+        self._fingerprint = fingerprint
+
+    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
+        return self._fingerprint
+
+    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
+        self._fingerprint = fingerprint
 
     def _due(self, scope: Scope, wanted: Mapping[str, int], *, deleting: bool) -> set[str]:
         """The item ids whose write applies over what is stored (``due``); call with the lock held."""

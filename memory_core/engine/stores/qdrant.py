@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from memory_core.core.errors import StoreError, TransientStoreError
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.settings import redact_url
+from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
@@ -55,6 +56,13 @@ from memory_core.engine.stores.base import (
     to_payload,
     tombstone_payload,
     with_context,
+)
+from memory_core.engine.stores.fingerprints import (
+    FINGERPRINT_POINT,
+    META_SUFFIX,
+    fingerprint_from_payload,
+    fingerprint_payload,
+    settle_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -166,13 +174,28 @@ class QdrantVectorStore:
         location: str,
         earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
+        meta: str | None = None,
+        fingerprint: EmbedderFingerprint | None = None,
+        legacy: Mapping[str, Callable[[], EmbedderFingerprint]] | None = None,
     ) -> None:
-        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found."""
+        """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found.
+
+        ``meta``: the collection of the store's fingerprint (default ``<collection>__meta``). ``fingerprint``:
+        the embedder's; a store that records another refuses to open (``settle_fingerprint``, which ``legacy``
+        is for). Checked before the items collection is created.
+        """
         self._client = client
         self._tombstone_ttl = tombstone_ttl
         self._items = collection
         self._sets = f"{collection}__sets"
+        self._meta = meta or f"{collection}{META_SUFFIX}"
         self._location = location
+        with _translated("collection setup"):
+            if not self._client.collection_exists(self._meta):
+                self._client.create_collection(
+                    self._meta, vectors_config={DENSE: qm.VectorParams(size=1, distance=qm.Distance.DOT)}
+                )
+        settle_fingerprint(self, fingerprint, legacy or {})
         with _translated("collection setup"):
             fresh = not self._client.collection_exists(self._items)
             self._ensure(self._items, dimension, sparse=True)
@@ -192,6 +215,9 @@ class QdrantVectorStore:
         dimension: int,
         earlier: Sequence[str] = (),
         tombstone_ttl: float = TOMBSTONE_TTL,
+        meta: str | None = None,
+        fingerprint: EmbedderFingerprint | None = None,
+        legacy: Mapping[str, Callable[[], EmbedderFingerprint]] | None = None,
     ) -> QdrantVectorStore:
         """Opens a server (``http(s)://...``) or local mode (``":memory:"`` or a directory path)."""
         if url.startswith(("http://", "https://")):
@@ -199,14 +225,38 @@ class QdrantVectorStore:
             client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout))
         else:
             client = QdrantClient(location=url) if url == ":memory:" else QdrantClient(path=url)
-        return cls(
-            client,
-            collection=collection,
-            dimension=dimension,
-            location=redact_url(url),
-            earlier=earlier,
-            tombstone_ttl=tombstone_ttl,
+        try:
+            return cls(
+                client,
+                collection=collection,
+                dimension=dimension,
+                location=redact_url(url),
+                earlier=earlier,
+                tombstone_ttl=tombstone_ttl,
+                meta=meta,
+                fingerprint=fingerprint,
+                legacy=legacy,
+            )
+        except BaseException:
+            client.close()  # local mode holds its directory's lock until closed; a refused open leaves it free
+            raise
+
+    def holds_collection(self, name: str) -> bool:
+        """Whether the server (or local mode) has a collection of this name."""
+        with _translated("collection lookup"):
+            return bool(self._client.collection_exists(name))
+
+    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
+        with _translated("fingerprint read"):
+            records = self._client.retrieve(self._meta, ids=[FINGERPRINT_POINT], with_payload=True, with_vectors=False)
+        return fingerprint_from_payload(records[0].payload if records else None, f"collection {self._meta}")
+
+    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
+        point = qm.PointStruct(
+            id=FINGERPRINT_POINT, vector={DENSE: [1.0]}, payload=fingerprint_payload(fingerprint, self._items)
         )
+        with _translated("fingerprint write"):
+            self._client.upsert(self._meta, points=[point], wait=True)
 
     def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
         if not self._client.collection_exists(name):
@@ -566,7 +616,7 @@ class QdrantVectorStore:
         # restore them with its recover API (memory-core restore --snapshot).
         made = []
         with _translated("snapshot"):
-            for collection in (self._items, self._sets):
+            for collection in (self._items, self._sets, self._meta):
                 description = self._client.create_snapshot(collection, wait=True)
                 if description is None:
                     raise TransientStoreError(f"Qdrant made no snapshot of {collection}")

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from memory_core.core.errors import ConfigurationError, StoreError
 from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
+from memory_core.core.settings import QdrantSettings
 from memory_core.engine.embedders.hashing import HashingEmbedder
 from memory_core.engine.stores import ItemRecord, VectorStore
 from memory_core.engine.stores.base import TOMBSTONE_TTL, text_hash
@@ -714,10 +716,130 @@ def test_an_edge_snapshot_opens_as_a_store_with_the_same_items(tmp_path: Path):
     copied = store.snapshot(tmp_path / "copy")
     store.upsert(SCOPE, [_record("c", "after the snapshot", 3)])
     store.close()
-    assert sorted(Path(p).name for p in copied) == ["contract", "contract__sets"]
+    assert sorted(Path(p).name for p in copied) == ["contract", "contract__meta", "contract__sets"]
     restored = EdgeVectorStore(tmp_path / "copy", collection="contract", dimension=EMBEDDER.dimension)
     try:
         assert [i.id for i in restored.list_items(SCOPE)] == ["a", "b"]
         assert restored.get_set("ns", "key", "notes") == MemorySet(name="notes")
     finally:
         restored.close()
+
+
+FINGERPRINT = EMBEDDER.fingerprint
+
+
+def test_a_store_records_the_embedder_fingerprint_and_reads_it_back(store: VectorStore):
+    assert store.recorded_fingerprint() is None  # opened alone, with no embedder to check
+    store.record_fingerprint(FINGERPRINT)
+    assert store.recorded_fingerprint() == FINGERPRINT
+    other = FINGERPRINT.model_copy(update={"query_prefix": "query: "})
+    store.record_fingerprint(other)  # what a switch to a re-embedded collection does
+    assert store.recorded_fingerprint() == other
+
+
+def _persistent(kind: str, path: Path, **options: Any) -> VectorStore:
+    if kind == "edge":
+        return EdgeVectorStore(path, collection="contract", dimension=EMBEDDER.dimension, **options)
+    return QdrantVectorStore.connect(
+        str(path), api_key=None, timeout=5, collection="contract", dimension=EMBEDDER.dimension, **options
+    )
+
+
+@pytest.mark.parametrize("kind", ["edge", "qdrant_local"])
+def test_the_fingerprint_survives_a_reopen_and_refuses_an_embedder_that_differs_only_in_revision(
+    kind: str, tmp_path: Path
+):
+    first = _persistent(kind, tmp_path, fingerprint=FINGERPRINT)  # a new store records its embedder's
+    first.close()
+    again = _persistent(kind, tmp_path, fingerprint=FINGERPRINT)
+    assert again.recorded_fingerprint() == FINGERPRINT
+    again.close()
+    other = FINGERPRINT.model_copy(update={"revision": "another-weights-file"})  # same dimension
+    with pytest.raises(ConfigurationError) as refused:
+        _persistent(kind, tmp_path, fingerprint=other)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert FINGERPRINT.describe() in message
+    assert other.describe() in message
+    assert f"memory-core reindex --to {other.spec}" in message
+    assert "MEMORY_EMBEDDER__MODEL" in message
+    _persistent(kind, tmp_path).close()  # the refused open released the store (the edge engine's lock)
+
+
+def _fill_legacy(kind: str, path: Path, settings: QdrantSettings, model: str, dimension: int) -> None:
+    """A store as workers filled it before fingerprints: items in the model's collection, no record."""
+    from memory_core.engine.stores import collection_name
+
+    name = collection_name(settings, model)
+    record = ItemRecord(item=_record("a", "an old fact", 1).item, seq=1, vector=[1.0] + [0.0] * (dimension - 1))
+    if kind == "edge":
+        old: VectorStore = EdgeVectorStore(path, collection=name, dimension=dimension, meta="unused")
+    else:
+        old = QdrantVectorStore.connect(
+            str(path), api_key=None, timeout=5, collection=name, dimension=dimension, meta="unused"
+        )
+    old.upsert(SCOPE, [record])
+    old.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "local"])
+def test_a_store_filled_before_fingerprints_gets_minilms_on_first_open(kind: str, tmp_path: Path):
+    from memory_core.engine.embedders.hashing import hashing_fingerprint
+    from memory_core.engine.embedders.minilm import minilm_fingerprint
+    from memory_core.engine.stores import collection_name, open_store
+
+    settings = QdrantSettings(backend=kind, path=tmp_path / "store")
+    _fill_legacy("edge" if kind == "edge" else "qdrant_local", settings.path, settings, "all-MiniLM-L6-v2", 384)
+    hashing = hashing_fingerprint(384)
+    with pytest.raises(ConfigurationError, match="memory-core reindex --to hashing") as refused:
+        open_store(settings, model_name="hashing-384", dimension=384, fingerprint=hashing)
+    assert minilm_fingerprint().describe() in str(refused.value)
+    if kind == "edge":  # refused before anything was made for the other model
+        assert not (settings.path / collection_name(settings, "hashing-384")).exists()
+    store = open_store(settings, model_name="all-MiniLM-L6-v2", dimension=384, fingerprint=minilm_fingerprint())
+    try:
+        assert store.recorded_fingerprint() == minilm_fingerprint()
+        assert [i.id for i in store.list_items(SCOPE)] == ["a"]
+    finally:
+        store.close()
+
+
+def test_a_test_store_filled_by_the_hashing_embedder_gets_its_fingerprint(tmp_path: Path):
+    from memory_core.engine.embedders.hashing import hashing_fingerprint
+    from memory_core.engine.stores import open_store
+
+    settings = QdrantSettings(backend="edge", path=tmp_path / "store")
+    _fill_legacy("edge", settings.path, settings, "hashing-384", 384)
+    store = open_store(settings, model_name="hashing-384", dimension=384, fingerprint=hashing_fingerprint(384))
+    try:
+        assert store.recorded_fingerprint() == hashing_fingerprint(384)
+    finally:
+        store.close()
+
+
+def test_a_fresh_store_records_the_fingerprint_of_the_embedder_that_opens_it(tmp_path: Path):
+    from memory_core.engine.stores import open_store
+
+    settings = QdrantSettings(backend="edge", path=tmp_path / "store")
+    store = open_store(settings, model_name=EMBEDDER.model_name, dimension=EMBEDDER.dimension, fingerprint=FINGERPRINT)
+    try:
+        assert store.recorded_fingerprint() == FINGERPRINT
+    finally:
+        store.close()
+
+
+def test_an_unreadable_fingerprint_record_fails_the_open_typed(tmp_path: Path):
+    from qdrant_client import models as qm
+
+    from memory_core.engine.stores.fingerprints import FINGERPRINT_POINT
+
+    store = QdrantVectorStore.connect(str(tmp_path), api_key=None, timeout=5, collection="c", dimension=8)
+    client = store._client  # the engine itself: plant what memory-core never writes
+    client.upsert(
+        "c__meta", points=[qm.PointStruct(id=FINGERPRINT_POINT, vector={"dense": [1.0]}, payload={"fingerprint": 3})]
+    )
+    try:
+        with pytest.raises(StoreError, match="fingerprint recorded in collection c__meta is unreadable"):
+            store.recorded_fingerprint()
+    finally:
+        store.close()

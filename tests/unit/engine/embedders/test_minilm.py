@@ -16,3 +16,13 @@ def test_the_tokenizer_ships_inside_the_package_unchanged():
     digest = hashlib.sha256(TOKENIZER_FILE.read_bytes()).hexdigest()
     assert digest in (TOKENIZER_FILE.parent / "NOTICE").read_text()
     assert digest == "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+
+
+def test_the_fingerprint_hashes_the_weights_file_without_loading_the_model():
+    from memory_core.engine.embedders.minilm import DIMENSION, MODEL_NAME, _model_file, minilm_fingerprint
+
+    fingerprint = minilm_fingerprint()
+    assert fingerprint.revision == hashlib.sha256(_model_file().read_bytes()).hexdigest()[:16]
+    assert (fingerprint.provider, fingerprint.model, fingerprint.dimension) == ("minilm", MODEL_NAME, DIMENSION)
+    assert (fingerprint.pooling, fingerprint.normalized, fingerprint.query_prefix) == ("mean", True, "")
+    assert fingerprint.spec == "all-MiniLM-L6-v2"
