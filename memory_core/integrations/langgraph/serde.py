@@ -144,8 +144,8 @@ class DataOnlySerializer:
             return bytearray(raw)
         if kind == "msgpack":
             return _Reading(self, build=True).unpack(raw)
-        # "json" (LangGraph's older format, revived through LangChain's loader) and "pickle" are never written
-        # by the saver: loading them could run what Redis holds.
+        # "json" (LangGraph's older format, revived through LangChain's loader) and Python's object serialization are
+        # never written by the saver: loading them could run what Redis holds.
         raise InvalidRequestError(
             f"a stored checkpoint value has the type {kind!r}; memory-core loads only {sorted(_DATA_KINDS)}"
         )
