@@ -150,17 +150,21 @@ class QuotaGuard:
 
     def _measure_if_stale(self, namespace: str, *, bytes_too: bool) -> None:
         key = self.keys.quota_usage(namespace)
-        at, measured_bytes = self.redis.hmget(key, ["at", "bytes_measured"])
-        fresh = at is not None and time.time() - float(at) < self.settings.recount_interval
-        if fresh and (measured_bytes == b"1" or not bytes_too):
+        counted, fresh = self._last_count(key, bytes_too=bytes_too)
+        if fresh:
             return
         lock = RedisLock(self.redis, self.keys.quota_count_lock(namespace), _COUNT_LOCK_TTL)
         if not lock.acquire():
-            if at is not None:
+            if counted:
                 return  # another worker is counting; until it is done the last count (plus adds since) stands
             if self._first_count_by_another(key):
                 return  # nothing was admitted while it counted: that count is exact
         try:
+            # Another worker may have finished a count between the read above and this lock (it writes its
+            # count before it frees the lock). Counting again would miss its adds still being written (the
+            # namespace could go over) and count twice those written during this count (room refused).
+            if self._last_count(key, bytes_too=bytes_too)[1]:
+                return
             through_items, through_bytes = self.redis.hmget(key, ["added_items", "added_bytes"])
             with metrics.timed(metrics.QUOTA_RECOUNT_SECONDS):
                 items, size = self._usage(namespace, bytes_too=bytes_too)
@@ -180,6 +184,15 @@ class QuotaGuard:
             logger.info("namespace %r holds %d long-term items (%d bytes counted)", namespace, items, size)
         finally:
             lock.release()  # only if still ours: a count that outlived the lock's expiry frees no other's
+
+    def _last_count(self, key: str, *, bytes_too: bool) -> tuple[bool, bool]:
+        """Whether the namespace of the usage hash ``key`` was ever counted, and whether that count still holds
+        for an add (recent enough, and of bytes too when the add's quota has a byte limit)."""
+        at, measured_bytes = self.redis.hmget(key, ["at", "bytes_measured"])
+        if at is None:
+            return False, False
+        recent = time.time() - float(at) < self.settings.recount_interval
+        return True, recent and (measured_bytes == b"1" or not bytes_too)
 
     def _first_count_by_another(self, key: str) -> bool:
         """Waits for the first count of a namespace that another worker is taking; False if it never comes."""

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from memory_core import MemoryClient, QuotaExceeded
 from memory_core.core.keys import Keys
-from memory_core.core.models import MemorySet
+from memory_core.core.models import MemorySet, MemorySetItem, Scope
 from memory_core.core.settings import LimitsSettings, QuotaSettings
 from memory_core.engine.embedders.hashing import HashingEmbedder
 from memory_core.engine.quotas import QuotaGuard
@@ -111,7 +111,7 @@ def test_the_write_rate_is_a_bucket_that_refills(raw_redis: redis.Redis):
     _add(service, ["a", "b", "c", "d", "e"])
     before = _refusals("writes_per_second")
     with pytest.raises(QuotaExceeded, match=r"over its write rate of 10 items/s \(burst 5\).*retry in 0\.\d s"):
-        _add(service, ["f"])
+        _add(service, ["f", "g", "h", "i", "j"])  # a whole burst: refused until half a second has refilled it
     assert _refusals("writes_per_second") == before + 1
     with pytest.raises(QuotaExceeded, match="larger than its write burst of 5 items.*split it"):
         _add(service, [str(i) for i in range(6)])
@@ -143,6 +143,34 @@ def test_workers_admitting_at_once_never_take_a_namespace_over(raw_redis: redis.
         thread.join()
     assert len(admitted) == 40
     assert _size(workers[0]) == 40
+
+
+def test_a_worker_that_reaches_the_count_lock_just_after_another_count_keeps_that_count(
+    raw_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch
+):
+    store = InMemoryVectorStore()
+    first = QuotaGuard(
+        settings=QuotaSettings(items=1), store=store, client=raw_redis, keys=Keys("mctest"), max_items_per_call=1000
+    )
+    late = _service(raw_redis, store, items=1)
+    _create(late)
+    now = datetime.now(UTC)
+    in_flight = MemorySetItem(memory_set_name="notes", id="x", value="x", created_time=now, last_accessed_time=now)
+    take_lock = raw_redis.set
+
+    def count_and_admit_first(*args: Any, **kwargs: Any) -> Any:
+        # Between the late worker's read of the namespace's usage (never counted) and its lock, the first
+        # worker counts the namespace and admits an add that it is still writing.
+        monkeypatch.setattr(raw_redis, "set", take_lock)
+        first.admit(Scope("ns", "k", "notes"), [in_flight])
+        return take_lock(*args, **kwargs)
+
+    monkeypatch.setattr(raw_redis, "set", count_and_admit_first)
+    recounts = REGISTRY.get_sample_value("memory_core_quota_recount_seconds_count") or 0.0
+    with pytest.raises(QuotaExceeded, match=r"quota of 1 long-term items \(1 held\)"):
+        _add(late, ["y"])  # a count taken again now would miss the add in flight and let this one over
+    assert REGISTRY.get_sample_value("memory_core_quota_recount_seconds_count") == recounts + 1
+    assert _size(late) == 0
 
 
 @pytest.fixture
