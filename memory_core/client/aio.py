@@ -315,7 +315,14 @@ class AsyncLongTermMemory:
         return await self._client.run(self._ops.delete(memory_set, ids))
 
     async def search(
-        self, memory_set: SetRef, query: str, limit: int = 10, filters: Filters = None, *, mode: SearchMode = "hybrid"
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        filters: Filters = None,
+        *,
+        mode: SearchMode = "hybrid",
+        rerank: bool | None = None,
     ) -> list[MemorySetItem]:
         """The ``limit`` items most relevant to ``query``, best first; see ``LongTermMemory.search``."""
-        return await self._client.run(self._ops.search(memory_set, query, limit, filters, mode))
+        return await self._client.run(self._ops.search(memory_set, query, limit, filters, mode, rerank))

@@ -265,7 +265,13 @@ class LongTermOperations:
         return CountReply.model_validate(reply).count
 
     def search(
-        self, memory_set: SetRef, query: str, limit: int, filters: dict[str, Any] | None, mode: SearchMode
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int,
+        filters: dict[str, Any] | None,
+        mode: SearchMode,
+        rerank: bool | None = None,
     ) -> Operation[list[MemorySetItem]]:
         limits = self._client.settings.limits
         check_query(query, limit, limits)
@@ -274,6 +280,8 @@ class LongTermOperations:
         filters = dict(filters)
         if mode not in ("hybrid", "dense", "lexical"):
             raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
+        if rerank is not None and not isinstance(rerank, bool):
+            raise InvalidRequestError(f"rerank must be True, False or None, got {short_repr(rerank)}")
         set_name = self._set_name(memory_set)
         request = SearchRequest(
             namespace=self.namespace,
@@ -283,11 +291,12 @@ class LongTermOperations:
             limit=limit,
             filters=filters,
             mode=mode,
+            rerank=rerank,
         )
         reads = self._client.reads
         if reads is None:
             return ItemsReply.model_validate((yield self._call(routing.SEARCH, request, set_name, limit=limit))).items
-        scope, digest = request.scope, search_digest(query, limit, filters, mode)
+        scope, digest = request.scope, search_digest(query, limit, filters, mode, rerank)
         cached, version, online = reads.search(scope, digest)
         if cached is not None:
             return cached
@@ -482,6 +491,7 @@ class LongTermMemory:
         filters: dict[str, Any] | None = None,
         *,
         mode: SearchMode = "hybrid",
+        rerank: bool | None = None,
     ) -> list[MemorySetItem]:
         """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
 
@@ -490,5 +500,11 @@ class LongTermMemory:
         ``mode``: ``hybrid`` (the default: dense and BM25 rankers fused by DBSF), ``dense`` (cosine only;
         ``score`` is the cosine) or ``lexical`` (BM25 only). ``filters`` match metadata keys exactly:
         ``{"source": "chat"}``, or a list for any-of; values are str or 64-bit int.
+
+        ``rerank``: where the workers have a reranker (``MEMORY_RERANK__MODEL``), it scores the best
+        ``MEMORY_RERANK__CANDIDATES`` hits against the query and ``score`` is its own. None (the default) leaves
+        it to the workers, False turns it off for this search, True asks for it (``InvalidRequestError`` where
+        the workers have none). A failing reranker raises ``RerankerError`` (``TransientRerankerError`` when
+        retrying may help).
         """
-        return self._client.run(self._ops.search(memory_set, query, limit, filters, mode))
+        return self._client.run(self._ops.search(memory_set, query, limit, filters, mode, rerank))

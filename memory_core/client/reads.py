@@ -33,9 +33,15 @@ from memory_core.core.redis_errors import redis_failure, unavailable
 logger = logging.getLogger(__name__)
 
 
-def search_digest(query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid") -> str:
-    """A stable hash of everything that shapes a search result."""
-    fields = {"query": query, "limit": limit, "filters": filters, "mode": mode}
+def search_digest(
+    query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid", rerank: bool | None = None
+) -> str:
+    """A stable hash of everything that shapes a search result. ``rerank`` as asked: a reranked result is
+    never served to a search that turned reranking off, nor the reverse (left out when None, so the default
+    search keeps its key)."""
+    fields: dict[str, Any] = {"query": query, "limit": limit, "filters": filters, "mode": mode}
+    if rerank is not None:
+        fields["rerank"] = rerank
     text = json.dumps(fields, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 

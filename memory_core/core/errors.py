@@ -21,12 +21,14 @@ client sees) is a ``MemoryCoreError``::
     │   └── TransientStoreError   (tasks retry on these)
     ├── EmbedderError
     │   └── TransientEmbedderError (an endpoint busy or down for now: tasks retry, after its Retry-After)
+    ├── RerankerError
+    │   └── TransientRerankerError (a rerank endpoint busy or down for now: the search fails at once)
     ├── SummarizerError
     │   └── SummarizerUnavailable (its endpoint refuses connections)
     └── CompactionError
 
 Catch broad (``MemoryCoreError``), recover narrow. Third-party exceptions
-(redis, kombu, qdrant, onnxruntime, anthropic) are translated at the adapter
+(redis, kombu, qdrant, onnxruntime, anthropic, httpx) are translated at the adapter
 boundary with ``raise ... from exc`` and never escape the library.
 """
 
@@ -113,6 +115,16 @@ class TransientEmbedderError(EmbedderError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class RerankerError(MemoryCoreError):
+    """Raised when the reranking model is missing or fails; a search that asked for reranking fails rather than
+    answer in another order than it asked for."""
+
+
+class TransientRerankerError(RerankerError):
+    """Raised when a rerank endpoint is busy or failing for now (429, 5xx, a timeout, unreachable). The worker
+    does not retry the search (its caller is waiting): retry it, or search with ``rerank=False``."""
 
 
 class SummarizerError(MemoryCoreError):

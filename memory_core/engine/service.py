@@ -42,8 +42,10 @@ from memory_core.core.validation import check_filters, check_metadata, check_tex
 from memory_core.engine.embedders import Embedder
 from memory_core.engine.embedders.base import embed_timed
 from memory_core.engine.embedders.cache import EmbeddingCache
+from memory_core.engine.embedders.metering import charging
 from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.redaction import Redactor
+from memory_core.engine.rerankers import Reranker, rerank_timed
 from memory_core.engine.stores import ItemRecord, VectorStore
 from memory_core.engine.stores.base import lifecycle_payload, require_set, text_hash
 
@@ -138,6 +140,8 @@ class MemoryService:
         embeddings: EmbeddingCache | None = None,
         redactor: Redactor | None = None,
         quotas: QuotaGuard | None = None,
+        reranker: Reranker | None = None,
+        rerank_candidates: int = 30,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -147,6 +151,8 @@ class MemoryService:
         self.embeddings = embeddings
         self.redactor = redactor
         self.quotas = quotas
+        self.reranker = reranker
+        self.rerank_candidates = rerank_candidates
         self._local_locks: dict[Scope, threading.Lock] = {}
         self._local_locks_guard = threading.Lock()
 
@@ -156,17 +162,20 @@ class MemoryService:
         return self.embed_many([(namespace, text) for text in texts], written=written)
 
     def embed_many(self, pairs: list[tuple[str, str]], *, written: bool = False) -> list[list[float]]:
-        """Vectors for ``(namespace, text)`` pairs, in one embedder call (cache misses only, with a cache)."""
+        """Vectors for ``(namespace, text)`` pairs, in one embedder call (cache misses only, with a cache); a
+        remote embedder's tokens are charged to the pairs' namespaces (``metering.charging``)."""
         if self.embeddings is not None:
             return self.embeddings.embed_many(pairs, written=written)
-        return embed_timed(self.embedder, [text for _, text in pairs])
+        with charging(pairs):
+            return embed_timed(self.embedder, [text for _, text in pairs])
 
     def embed_queries(self, namespace: str, texts: list[str]) -> list[list[float]]:
         """Vectors for search queries (``Embedder.embed_queries``: a model's query prefix applied), cached apart
         from documents' vectors."""
         if self.embeddings is not None:
             return self.embeddings.embed(namespace, texts, queries=True)
-        return embed_timed(self.embedder, texts, queries=True)
+        with charging((namespace, text) for text in texts):
+            return embed_timed(self.embedder, texts, queries=True)
 
     def _definition(self, scope: Scope) -> MemorySet:
         return require_set(self.store, scope)
@@ -419,19 +428,35 @@ class MemoryService:
         self.store.delete(scope, dict.fromkeys(self.store.item_versions(scope), seq))
 
     def search(self, raw: dict[str, Any]) -> ItemsReply:
-        """The items nearest to the query (best first) whose metadata match every filter. Hits count as access."""
+        """The items nearest to the query (best first) whose metadata match every filter. Hits count as access.
+
+        Reranked (when a reranker is set and the request does not turn it off): the best ``rerank_candidates``
+        hits (at least ``limit``) are scored against the query in one reranker call, and the best ``limit`` of
+        them returned, each with the reranker's score."""
         request = parse(SearchRequest, raw, "search request")
         check_text(request.query, "query", self.limits.max_query_chars)
         check_filters(request.filters)
         if request.limit > self.limits.max_search_limit:
             raise InvalidRequestError(f"limit {request.limit} is above the maximum {self.limits.max_search_limit}")
+        if request.rerank and self.reranker is None:
+            raise InvalidRequestError(
+                "this search asks for reranking (rerank=True) but the workers have no reranker: set "
+                "MEMORY_RERANK__MODEL on them, or search with rerank=False or None"
+            )
         self._definition(request.scope)
         (vector,) = self.embed_queries(request.namespace, [request.query])
-        items = self.store.search(
-            request.scope, vector, request.limit, request.filters, text=request.query, mode=request.mode
-        )
+        reranker = self.reranker if request.rerank is not False else None
+        depth = request.limit if reranker is None else max(request.limit, self.rerank_candidates)
+        items = self.store.search(request.scope, vector, depth, request.filters, text=request.query, mode=request.mode)
+        if reranker is not None:
+            items = self._reranked(reranker, request.query, items, request.limit)
         self.record_access(request.scope, items)
         return ItemsReply(items=items)
+
+    def _reranked(self, reranker: Reranker, query: str, items: list[MemorySetItem], limit: int) -> list[MemorySetItem]:
+        """The best ``limit`` of ``items`` by the reranker's score (which replaces the fused one)."""
+        ranking = rerank_timed(reranker, query, [embedding_text(item) for item in items], limit)
+        return [items[index].model_copy(update={"score": score}) for index, score in ranking]
 
     def size(self, raw: dict[str, Any]) -> CountReply:
         """The number of visible items in the set."""

@@ -173,10 +173,14 @@ class MemoryTools:
         set_name: SetName = None,
         limit: Annotated[int, Field(ge=1, le=100)] = 5,
         mode: Literal["hybrid", "dense", "lexical"] = "hybrid",
+        rerank: Annotated[
+            bool | None,
+            Field(description="Rerank with the server's reranker: false turns it off, null leaves it as set."),
+        ] = None,
     ) -> Memories:
         """Search long-term memory by meaning and words; best matches first."""
         ltm, name = self._scope(set_name)
-        found = self._or_none(name, lambda: ltm.search(name, query, limit=limit, mode=mode)) or []
+        found = self._or_none(name, lambda: ltm.search(name, query, limit=limit, mode=mode, rerank=rerank)) or []
         return Memories(memories=[_memory(item) for item in found])
 
     def get_memories(self, ids: list[str] | None = None, set_name: SetName = None) -> Memories:

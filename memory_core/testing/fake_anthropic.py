@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any
+
+from memory_core.testing.loopback import Answer, LoopbackServer
 
 Grouping = Callable[[int, int], list[list[int]]]
 
@@ -45,7 +45,7 @@ class Behaviour:
 
 
 @dataclass
-class FakeAnthropic:
+class FakeAnthropic(LoopbackServer):
     """The server; ``requests`` holds every decoded request body in order."""
 
     behaviour: Behaviour = field(default_factory=Behaviour)
@@ -56,15 +56,12 @@ class FakeAnthropic:
     spans: list[tuple[str, float, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self.listen()
 
     @property
     def url(self) -> str:
         """The base URL to give the SDK."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return self.origin
 
     def behave(
         self,
@@ -75,28 +72,32 @@ class FakeAnthropic:
         stall_seconds: float = 5.0,
     ) -> None:
         """Sets the behaviour of the following requests, and forgets the ones recorded so far."""
-        with self._lock:
+        with self.lock:
             self.behaviour = Behaviour(mode=mode, failures=failures, grouping=grouping, stall_seconds=stall_seconds)
             self.requests.clear()
             self.spans.clear()
             self.max_in_flight = self.in_flight
 
-    def __enter__(self) -> Self:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def answer(self, path: str, body: Any, key: str) -> Answer:
+        body = body if isinstance(body, dict) else {}
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        started = time.monotonic()
+        try:
+            status, payload = self.respond(body)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+                self.spans.append((str(body.get("model")), started, time.monotonic()))
+        return status, {}, payload
 
     def respond(self, body: dict[str, Any]) -> tuple[int, bytes]:
         """The status and body of the reply to one request."""
-        with self._lock:
+        with self.lock:
             self.requests.append(body)
             behaviour = self.behaviour
-            mode = behaviour.mode if behaviour.failures > 0 else "ok"
-            if behaviour.failures > 0 and behaviour.mode != "ok":
-                behaviour.failures -= 1
+            mode = self.take(behaviour)
         text = "\n".join(m["content"] for m in body.get("messages", []) if isinstance(m.get("content"), str))
         if body.get("tool_choice", {}).get("name") == "record_entities" and mode == "ok":
             return 200, json.dumps(_message(body, _entities(text), tool=True, input_chars=len(text))).encode()
@@ -166,33 +167,3 @@ def _message(request: dict[str, Any], tool_input: dict[str, Any], *, tool: bool,
 def _tool_name(request: dict[str, Any]) -> str:
     name = request.get("tool_choice", {}).get("name")
     return name if isinstance(name, str) else "record_topics"
-
-
-def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length", "0"))
-            body = json.loads(self.rfile.read(length) or b"{}")
-            with fake._lock:
-                fake.in_flight += 1
-                fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
-            started = time.monotonic()
-            try:
-                status, payload = fake.respond(body)
-            finally:
-                with fake._lock:
-                    fake.in_flight -= 1
-                    fake.spans.append((str(body.get("model")), started, time.monotonic()))
-            try:
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client gave up (a stall past its timeout): nothing to answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: tests read ``requests`` instead."""
-
-    return Handler

@@ -135,6 +135,17 @@ def test_long_term_sets_and_items_end_to_end(as_a: httpx.Client, key: str, fake_
     assert _error(as_a.get(notes), 404)["code"] == "memory_set_not_found"
 
 
+def test_a_search_carries_the_rerank_switch_to_the_workers(as_a: httpx.Client, key: str):
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={"capacity": 50}))
+    _ok(as_a.post(notes + "/items", json={"items": ["Alice prefers green tea"]}))
+    assert len(_ok(as_a.post(notes + "/search", json={"query": "tea", "rerank": False}))["items"]) == 1
+    # These workers have no reranker: asking for one is refused by them, naming the setting.
+    refused = _error(as_a.post(notes + "/search", json={"query": "tea", "rerank": True}), 400)
+    assert (refused["code"], "MEMORY_RERANK__MODEL" in refused["message"]) == ("invalid_request", True)
+    assert _error(as_a.post(notes + "/search", json={"query": "tea", "rerank": "yes"}), 400)["field"] == "rerank"
+
+
 def test_items_are_deleted_by_id(as_a: httpx.Client, key: str):
     notes = f"/keys/{key}/sets/notes"
     _ok(as_a.put(notes, json={}))

@@ -94,6 +94,10 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
             bad = await session.call_tool("search_memory", {"query": "x", "limit": 1000})
             assert bad.is_error
             assert "limit" in json.dumps([c.model_dump() for c in bad.content])
+            # The rerank switch reaches the worker, which has no reranker here and says so.
+            assert "MEMORY_RERANK__MODEL" in _failure(
+                await session.call_tool("search_memory", {"query": "x", "rerank": True})
+            )
             budget = _failure(await session.call_tool("recall", {"query": "x", "token_budget": 2**63}))
             assert "token_budget" in budget
             # A set the model names must exist, for every tool that takes one: a wrong name is an error.

@@ -13,28 +13,34 @@ L2-normalized here whatever the model does (some, like nomic-embed and multiling
 
 Run as ``python -m memory_core.engine.embedders.fastembed <name> <cache_dir>`` it pulls a model and prints
 its progress as JSON lines on stdout: ``memory-core models pull`` runs it so the CLI loads no model runtime.
+
+The same pull, check and load rules serve fastembed's cross-encoders (``memory_core.engine.rerankers``):
+each rule takes the model's ``Family``, the text embedding models' by default.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import json
 import logging
+import math
 import shutil
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
 import numpy as np
 
-from memory_core.core.errors import EmbedderError
+from memory_core.core.errors import EmbedderError, MemoryCoreError, RerankerError
 from memory_core.core.settings import EmbedderSettings
-from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.embedders.base import TYPICAL_TOKENS, EmbedderFingerprint, in_order, length_batches
 
 logger = logging.getLogger(__name__)
 
@@ -73,31 +79,71 @@ PREFIXES: dict[str, tuple[str, str]] = {
 _INSTALL_HINT = "pip install 'memory-core[fastembed]'"
 
 
-def _text_embedding() -> Any:
+@dataclass(frozen=True)
+class Family:
+    """A kind of fastembed model the pull, check and load rules here serve, and how its messages read."""
+
+    module: str
+    runtime: str
+    """fastembed's class that lists and runs the family's models, in ``module``."""
+    registry: str
+    """The runtime's attribute listing the classes per model kind."""
+    noun: str
+    error: type[MemoryCoreError]
+    path_setting: str
+    """The setting that loads a local copy instead of downloading."""
+    pull: str
+    """How to fetch a model ahead of time (``{model}``: its name)."""
+    example: str
+
+
+EMBEDDINGS = Family(
+    module="fastembed",
+    runtime="TextEmbedding",
+    registry="EMBEDDINGS_REGISTRY",
+    noun="text embedding model",
+    error=EmbedderError,
+    path_setting="MEMORY_EMBEDDER__PATH",
+    pull="run: memory-core models pull fastembed:{model}",
+    example="BAAI/bge-small-en-v1.5",
+)
+CROSS_ENCODERS = Family(
+    module="fastembed.rerank.cross_encoder",
+    runtime="TextCrossEncoder",
+    registry="CROSS_ENCODER_REGISTRY",
+    noun="cross-encoder",
+    error=RerankerError,
+    path_setting="MEMORY_RERANK__PATH",
+    pull="start a worker once with network access (it downloads {model} into MEMORY_EMBEDDER__CACHE_DIR)",
+    example="Xenova/ms-marco-MiniLM-L-6-v2",
+)
+
+
+def _runtime(family: Family) -> Any:
     try:
-        from fastembed import TextEmbedding
+        return getattr(importlib.import_module(family.module), family.runtime)
     except ImportError as exc:
-        raise EmbedderError(f"fastembed: models need the fastembed library; {_INSTALL_HINT}") from exc
-    return TextEmbedding
+        raise family.error(f"fastembed: models need the fastembed library; {_INSTALL_HINT}") from exc
 
 
-def _description(name: str) -> Any:
+def _description(name: str, family: Family = EMBEDDINGS) -> Any:
     """fastembed's description of ``name`` (case-insensitive), and the class that runs it."""
-    text_embedding = _text_embedding()
-    for model_class in text_embedding.EMBEDDINGS_REGISTRY:
+    for model_class in getattr(_runtime(family), family.registry):
         for description in model_class._list_supported_models():
             if description.model.lower() == name.lower():
                 return description
-    raise EmbedderError(
-        f"fastembed lists no text embedding model {name!r}; expected a name from "
-        f"fastembed.TextEmbedding.list_supported_models(), e.g. 'BAAI/bge-small-en-v1.5'"
+    raise family.error(
+        f"fastembed lists no {family.noun} {name!r}; expected a name from "
+        f"fastembed.{family.runtime}.list_supported_models(), e.g. {family.example!r}"
     )
 
 
-def _model_class(description: Any) -> Any:
-    for model_class in _text_embedding().EMBEDDINGS_REGISTRY:
-        if description in model_class._list_supported_models():
-            return model_class
+def _located(description: Any) -> tuple[Family, Any]:
+    """The family of a model's description, and the class that downloads and runs it."""
+    for family in (EMBEDDINGS, CROSS_ENCODERS):
+        for model_class in getattr(_runtime(family), family.registry):
+            if description in model_class._list_supported_models():
+                return family, model_class
     raise EmbedderError(f"fastembed has no class for model {description.model!r}")  # pragma: no cover
 
 
@@ -142,23 +188,23 @@ def _pooling(model: Any) -> Literal["mean", "cls", "none"]:
     return "none"
 
 
-def _load(name: str, model_dir: Path, *, threads: int, cached: bool = False) -> Any:
+def _load(name: str, model_dir: Path, *, threads: int, cached: bool = False, family: Family = EMBEDDINGS) -> Any:
     """fastembed's model over the files in ``model_dir``: never a download. ``cached``: a pulled copy (which a
     new pull replaces only once it is deleted)."""
-    description = _description(name)
-    pull = f"memory-core models pull fastembed:{description.model}"
+    description = _description(name, family)
+    pull = family.pull.format(model=description.model)
     remedy = (
-        f"delete {str(model_dir)!r} and run: {pull}"
+        f"delete {str(model_dir)!r} and {pull}"
         if cached
-        else f"point MEMORY_EMBEDDER__PATH at a complete copy, or run: {pull}"
+        else f"point {family.path_setting} at a complete copy, or {pull}"
     )
     missing = [f for f in _weights_files(description) if not (model_dir / f).is_file()]
     if missing:
-        raise EmbedderError(
+        raise family.error(
             f"fastembed model {description.model!r} in {str(model_dir)!r} lacks {', '.join(missing)}; {remedy}"
         )
     try:
-        return _text_embedding()(
+        return _runtime(family)(
             model_name=description.model,
             cache_dir=str(model_dir),
             threads=threads,
@@ -166,7 +212,7 @@ def _load(name: str, model_dir: Path, *, threads: int, cached: bool = False) -> 
             specific_model_path=str(model_dir),
         )
     except Exception as exc:  # fastembed and onnxruntime raise untyped errors for bad files
-        raise EmbedderError(
+        raise family.error(
             f"fastembed model {description.model!r} in {str(model_dir)!r} does not load ({exc}); {remedy}"
         ) from exc
 
@@ -175,13 +221,15 @@ ProgressCallback = Callable[[int, int], None]
 """Called with (bytes done, bytes expected so far) while a pull downloads."""
 
 
-def pull_model(name: str, cache_dir: Path, *, progress: ProgressCallback | None = None) -> Path:
+def pull_model(
+    name: str, cache_dir: Path, *, progress: ProgressCallback | None = None, family: Family = EMBEDDINGS
+) -> Path:
     """Downloads ``name`` into ``cache_dir`` once and returns its directory; returns at once if it is there.
 
     The download lands in a temporary directory inside ``cache_dir`` (same filesystem: the rename is atomic),
     is loaded and checked, and only then renamed into place.
     """
-    description = _description(name)
+    description = _description(name, family)
     final = cached_model_dir(cache_dir, description.model)
     if _is_complete(final):
         return final
@@ -192,7 +240,7 @@ def pull_model(name: str, cache_dir: Path, *, progress: ProgressCallback | None 
         snapshot = _download(description, staging / "hub", progress)
         local = staging / "model"
         shutil.copytree(snapshot, local)  # follows the hub cache's symlinks: the copy holds the files
-        _check(description, local)
+        _check(description, local, family)
         marker = {"model": description.model, "revision": _weights_hash(local, description)}
         (local / MARKER_FILE).write_text(json.dumps(marker))
         if final.exists() and not _is_complete(final):
@@ -205,11 +253,28 @@ def pull_model(name: str, cache_dir: Path, *, progress: ProgressCallback | None 
         logger.info("pulled fastembed model %s into %s", description.model, final)
         return final
     except OSError as exc:
-        raise EmbedderError(
+        raise family.error(
             f"fastembed model {description.model!r}: writing into {str(cache_dir)!r} failed: {exc}"
         ) from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def open_model(
+    name: str, *, path: Path | None, cache_dir: Path, threads: int, family: Family = EMBEDDINGS
+) -> tuple[Any, Any, Path]:
+    """fastembed's description of ``name``, its loaded model and the directory it came from: ``path`` when set
+    (never the network), else the pulled copy in ``cache_dir``, pulled first if it is not complete there."""
+    description = _description(name, family)
+    if path is not None:
+        model_dir = path
+    else:
+        model_dir = cached_model_dir(cache_dir, description.model)
+        if not _is_complete(model_dir):
+            logger.info("fastembed model %s is not in %s: downloading it", description.model, cache_dir)
+            model_dir = pull_model(description.model, cache_dir, family=family)
+    model = _load(description.model, model_dir, threads=threads, cached=path is None, family=family)
+    return description, model, model_dir
 
 
 def _remove_abandoned_pulls(final: Path) -> None:
@@ -224,17 +289,26 @@ def _download(description: Any, hub_dir: Path, progress: ProgressCallback | None
     kwargs: dict[str, Any] = {}
     if progress is not None:
         kwargs["tqdm_class"] = _progress_class(progress)
+    family, model_class = _located(description)
     try:
-        return Path(_model_class(description).download_model(description, str(hub_dir), retries=1, **kwargs))
+        return Path(model_class.download_model(description, str(hub_dir), retries=1, **kwargs))
     except Exception as exc:  # the hub client raises many untyped errors for one cause: no model reached
-        raise EmbedderError(
+        raise family.error(
             f"fastembed model {description.model!r} could not be downloaded ({exc}); check the network (or "
-            f"HF_ENDPOINT), or copy the model to this machine and set MEMORY_EMBEDDER__PATH to its directory"
+            f"HF_ENDPOINT), or copy the model to this machine and set {family.path_setting} to its directory"
         ) from exc
 
 
-def _check(description: Any, model_dir: Path) -> None:
-    model = _load(description.model, model_dir, threads=1)
+def _check(description: Any, model_dir: Path, family: Family = EMBEDDINGS) -> None:
+    model = _load(description.model, model_dir, threads=1, family=family)
+    if family is CROSS_ENCODERS:
+        scores = list(model.rerank("memory-core checks a download", ["a download to check", "an unrelated text"]))
+        if len(scores) != 2 or not all(math.isfinite(float(score)) for score in scores):
+            raise RerankerError(
+                f"fastembed cross-encoder {description.model!r} scores two texts as {scores!r}; the download is "
+                f"damaged: start the worker again to download it anew"
+            )
+        return
     (vector,) = list(model.passage_embed(["memory-core checks a downloaded model"]))
     if len(vector) != description.dim:
         raise EmbedderError(
@@ -295,15 +369,9 @@ class FastEmbedEmbedder:
     """A fastembed text model on onnxruntime, loaded from a local directory or the cache (pulled once)."""
 
     def __init__(self, settings: EmbedderSettings, *, name: str) -> None:
-        description = _description(name)
-        if settings.path is not None:
-            model_dir = settings.path
-        else:
-            model_dir = cached_model_dir(settings.cache_dir, description.model)
-            if not _is_complete(model_dir):
-                logger.info("fastembed model %s is not in %s: downloading it", description.model, settings.cache_dir)
-                model_dir = pull_model(description.model, settings.cache_dir)
-        self._model = _load(description.model, model_dir, threads=settings.threads, cached=settings.path is None)
+        description, self._model, model_dir = open_model(
+            name, path=settings.path, cache_dir=settings.cache_dir, threads=settings.threads
+        )
         self._limit_tokens(settings.max_tokens)
         self._name = description.model
         self._dimension = int(description.dim)
@@ -355,16 +423,27 @@ class FastEmbedEmbedder:
         return self._run(self._model.query_embed, [self._query_prefix + text for text in texts])
 
     def _run(self, embed: Callable[..., Any], texts: list[str]) -> list[list[float]]:
+        """fastembed pads each batch to its longest text: it is handed batches of similar length
+        (``length_batches``), one call each, and the vectors are put back in the caller's order."""
         if not texts:
             return []
         with self._lock:
+            batches = length_batches(self._token_counts(texts), self._batch_size * TYPICAL_TOKENS)
             try:
-                rows = list(embed(texts, batch_size=self._batch_size))
+                rows = [list(embed([texts[p] for p in batch], batch_size=len(batch))) for batch in batches]
             except Exception as exc:  # onnxruntime raises its own untyped errors
                 raise EmbedderError(f"fastembed: embedding a batch of {len(texts)} texts failed: {exc}") from exc
-        matrix = np.asarray(rows, dtype=np.float32)
+        matrix = np.asarray(in_order(batches, rows), dtype=np.float32)
         matrix /= np.clip(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12, None)
         return [row.tolist() for row in matrix]
+
+    def _token_counts(self, texts: list[str]) -> list[int]:
+        """Each text's tokens, by the model's tokenizer (its padding pads them all alike: the mask counts).
+        A model without one pads nothing: equal counts keep arrival order, ``batch_size`` texts a batch."""
+        tokenizer = getattr(self._model.model, "tokenizer", None)
+        if tokenizer is None:
+            return [TYPICAL_TOKENS] * len(texts)
+        return [sum(encoding.attention_mask) for encoding in tokenizer.encode_batch(texts)]
 
 
 def _main(argv: Sequence[str]) -> int:

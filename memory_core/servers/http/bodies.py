@@ -153,6 +153,11 @@ class Search(_Body):
         default=None, description="Metadata keys matched exactly; a list matches any of its values."
     )
     mode: SearchMode = "hybrid"
+    rerank: bool | None = Field(
+        default=None,
+        description="Rerank the hits with the workers' reranker (MEMORY_RERANK__MODEL): true asks for it, false "
+        "turns it off for this search, null leaves it to the workers.",
+    )
 
 
 class Items(BaseModel):

@@ -32,6 +32,8 @@ ERRORS: tuple[tuple[type[errors.MemoryCoreError], int, str], ...] = (
     (errors.TransientStoreError, 503, "store_unavailable"),
     (errors.StoreError, 500, "store_error"),
     (errors.EmbedderError, 500, "embedder_error"),
+    (errors.TransientRerankerError, 503, "reranker_unavailable"),
+    (errors.RerankerError, 502, "reranker_error"),
     (errors.SummarizerError, 502, "summarizer_error"),
     (errors.CompactionError, 500, "compaction_error"),
     (errors.CorruptDataError, 500, "corrupt_data"),

@@ -122,7 +122,8 @@ async def compact_set(set_name: str, memory: LongTerm) -> CompactionReport:
 
 @set_routes.post(_SET + "/search", summary="The items most relevant to a query, best first")
 async def search(set_name: str, body: Search, memory: LongTerm) -> Items:
-    return Items(items=await memory.search(set_name, body.query, body.limit, body.filters, mode=body.mode))
+    found = await memory.search(set_name, body.query, body.limit, body.filters, mode=body.mode, rerank=body.rerank)
+    return Items(items=found)
 
 
 @item_routes.post(

