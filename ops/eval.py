@@ -1,6 +1,8 @@
 """Retrieval quality through the product's own path: load a dataset with the client, search every query.
 
-    ops/eval [DATA_DIR] [--json FILE]
+    ops/eval [DATA_DIR] [--json FILE] [--conversations N]
+    ops/eval DATA_DIR --embedder SPEC [--embedder-path DIR] [--embedder-base-url URL]
+    ops/eval DATA_DIR --rerank SPEC
 
 DATA_DIR holds ``items.jsonl`` and ``queries.jsonl`` in the schema of ``../shared/data/locomo-dev`` and
 ``../shared/data/longmemeval-dev`` (see their READMEs): items have ``conv_id``, ``item_id``, ``text`` and
@@ -14,12 +16,23 @@ so the context ablation is measured in the same run. Every query then runs throu
 mode. R@k is the share of a query's evidence turns found in the top k (averaged over queries); MRR uses
 the rank of the first evidence turn. The headline is every query with evidence; LoCoMo's category 5
 (adversarial) and LongMemEval's abstention questions (no evidence) are reported apart.
+
+``--embedder`` runs the worker with another embedder (``MEMORY_EMBEDDER__MODEL``: ``hashing``,
+``fastembed:<name>``, ``openai:<model>``); ``--embedder-path`` and ``--embedder-base-url`` set
+``MEMORY_EMBEDDER__PATH`` and ``__BASE_URL``, and an endpoint's key is read from ``MEMORY_EMBEDDER__API_KEY``
+(never an argument: arguments are visible to every user of the machine). The output names the fingerprint of
+the embedder the worker ran.
+
+``--rerank`` gives the worker a reranker (``MEMORY_RERANK__MODEL``: ``fastembed:<cross-encoder>`` or
+``http:<url>``, its key read from ``MEMORY_RERANK__API_KEY``) and adds a row: the default hybrid search,
+reranked. Every other row turns reranking off, so it stays the fused ranking it names.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,13 +40,18 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from stack import ROOT, clear_prefix, isolated_env, redis_server, worker
+from stack import ROOT, add_embedder_options, choose_embedder, clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import MemoryClient, load_settings
+from memory_core.core.dispatch import open_redis
+from memory_core.core.errors import ConfigurationError
+from memory_core.core.liveness import live_workers
 from memory_core.core.models import MemorySet, SearchMode
+from memory_core.core.settings import EmbedderSettings, Settings
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "locomo-dev"
 NAMESPACE = "eval"
+DEFAULT_EMBEDDER: str = EmbedderSettings.model_fields["model"].default
 WINDOWS = (2, 1, 0)  # 2 is the product default
 KS = (1, 5, 10)
 # (label, set context window, search mode); the first is the product default.
@@ -45,6 +63,7 @@ RUNS: list[tuple[str, int, SearchMode]] = [
     ("lexical, no context", 0, "lexical"),
     ("dense (MiniLM)", 0, "dense"),
 ]
+RERANKED: tuple[str, int, SearchMode] = ("hybrid (default), reranked", 2, "hybrid")  # with --rerank only
 BASELINES = [  # from the issue: exact cosine MiniLM, BM25, and their RRF, categories 1-4
     ("baseline: dense MiniLM, exact cosine", 0.185, 0.416, 0.508, 0.334),
     ("baseline: BM25", 0.259, 0.451, 0.526, 0.383),
@@ -117,9 +136,11 @@ class _Score:
         return {**{f"R@{k}": self.recall[k] / n for k in KS}, "MRR": self.mrr / n, "n": self.count}
 
 
-def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, Any]]) -> dict[str, Any]:
+def _evaluate(
+    sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, Any]], *, rerank: bool = False
+) -> dict[str, Any]:
     results: dict[str, Any] = {}
-    for label, window, mode in RUNS:
+    for label, window, mode in RUNS + ([RERANKED] if rerank else []):
         main, apart = _Score(), _Score()
         by_category: defaultdict[str, _Score] = defaultdict(_Score)
         latencies = []
@@ -129,7 +150,7 @@ def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, An
             if memory_set is None or not evidence:
                 continue
             started = time.perf_counter()
-            hits = memory_set.search(query["question"], limit=max(KS), mode=mode)
+            hits = memory_set.search(query["question"], limit=max(KS), mode=mode, rerank=label == RERANKED[0])
             latencies.append((time.perf_counter() - started) * 1000)
             ranked = [hit.id for hit in hits]
             if _apart(query):
@@ -146,9 +167,11 @@ def _evaluate(sets: dict[tuple[str, int], MemorySet], queries: list[dict[str, An
     return results
 
 
-def _print(results: dict[str, Any], data: Path, load_s: float, query_s: float, items: int, queries: int) -> None:
+def _print(
+    results: dict[str, Any], data: Path, load_s: float, query_s: float, items: int, queries: int, *, embedder: str
+) -> None:
     print(f"\nmemory-core eval: {data} ({items} items, {queries} queries), loaded in {load_s:.1f} s, "
-          f"queries in {query_s:.1f} s\n")  # fmt: skip
+          f"queries in {query_s:.1f} s\nembedder: {embedder}\n")  # fmt: skip
     cats = sorted({c for r in results.values() for c in r["per category"]})
     head = "| run (headline) | R@1 | R@5 | R@10 | MRR | " + " | ".join(f"R@10 {c}" for c in cats)
     print(head + " | apart R@10 (n) | search p50 |")
@@ -166,12 +189,42 @@ def _print(results: dict[str, Any], data: Path, load_s: float, query_s: float, i
             print(f"| {label} | " + " | ".join(f"{n:.3f}" for n in numbers) + " |" + " |" * (len(cats) + 2))
 
 
+def _first_conversations(
+    items: list[dict[str, Any]], queries: list[dict[str, Any]], count: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The items and queries of the first ``count`` conversations, in file order."""
+    kept = set(list(dict.fromkeys(item["conv_id"] for item in items))[:count])
+    return [i for i in items if i["conv_id"] in kept], [q for q in queries if q["conv_id"] in kept]
+
+
+def _worker_embedder(settings: Settings, client: MemoryClient) -> str:
+    """The fingerprint (``describe()``) of the embedder the worker runs, as its heartbeat says: what embedded
+    the sets, whatever this process would have built from its settings."""
+    connection = open_redis(settings)
+    try:
+        described = sorted({w.embedder for w in live_workers(connection, client.keys) if w.embedder})
+    finally:
+        connection.close()
+    return ", ".join(described) or "unknown (the worker did not say)"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ops/eval", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("data", nargs="?", type=Path, help="a folder with items.jsonl and queries.jsonl")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
+    parser.add_argument(
+        "--conversations", type=int, metavar="N", help="only the first N conversations and their queries"
+    )
+    add_embedder_options(parser)
+    parser.add_argument(
+        "--rerank",
+        metavar="SPEC",
+        help="also run the default search reranked by this MEMORY_RERANK__MODEL (fastembed:<name> or http:<url>)",
+    )
     args = parser.parse_args(argv)
+    if args.conversations is not None and args.conversations < 1:
+        parser.error("--conversations must be at least 1")
     data: Path = args.data or DEFAULT_DATA
     if not (data / "items.jsonl").is_file() or not (data / "queries.jsonl").is_file():
         if args.data is None:
@@ -180,19 +233,31 @@ def main(argv: list[str]) -> int:
         print(f"ops/eval: {data} must hold items.jsonl and queries.jsonl", file=sys.stderr)
         return 2
     items, queries = _read(data / "items.jsonl"), _read(data / "queries.jsonl")
+    if args.conversations is not None:
+        items, queries = _first_conversations(items, queries, args.conversations)
+    choose_embedder(args)
+    if args.rerank:
+        os.environ["MEMORY_RERANK__MODEL"] = args.rerank  # isolated_env hands it on to the worker
     env = isolated_env("eval")
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ConfigurationError as exc:  # a misspelt --embedder, say: one line, before anything starts
+        print(f"ops/eval: {exc}", file=sys.stderr)
+        return 2
     with redis_server(settings.redis.url), worker(env, name="eval-worker"), MemoryClient(settings) as client:
+        embedder = _worker_embedder(settings, client)  # first: clearing the prefix drops heartbeats too
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
         started = time.perf_counter()
         sets = _load(client, items)
         load_s = time.perf_counter() - started
         started = time.perf_counter()
-        results = _evaluate(sets, queries)
+        results = _evaluate(sets, queries, rerank=bool(args.rerank))
         query_s = time.perf_counter() - started
-    _print(results, data, load_s, query_s, len(items), len(queries))
+    if settings.embedder.model != DEFAULT_EMBEDDER:  # the dense row is named after the model that ran it
+        results = {label.replace("(MiniLM)", f"({settings.embedder.model})"): r for label, r in results.items()}
+    _print(results, data, load_s, query_s, len(items), len(queries), embedder=embedder)
     if args.json:
-        args.json.write_text(json.dumps({"data": str(data), "results": results}, indent=2))
+        args.json.write_text(json.dumps({"data": str(data), "embedder": embedder, "results": results}, indent=2))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Local processes for ops scripts: a Redis if none answers, and a memory-core worker.
+"""Local processes for ops scripts: a Redis if none answers, and a memory-core worker (and the options that
+choose its embedder).
 
 Used by ops/demo, ops/bench and ops/check. Everything started here is stopped here.
 
@@ -7,6 +8,7 @@ Used by ops/demo, ops/bench and ops/check. Everything started here is stopped he
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -126,6 +128,33 @@ def clear_prefix(url: str, prefix: str) -> None:
     for key in client.scan_iter(f"{prefix}:*", count=1000):
         client.delete(key)
     client.close()
+
+
+def add_embedder_options(parser: argparse.ArgumentParser) -> None:
+    """``--embedder``, ``--embedder-path`` and ``--embedder-base-url``: the worker's embedder (``choose_embedder``)."""
+    parser.add_argument(
+        "--embedder",
+        metavar="SPEC",
+        help="the worker's embedder (MEMORY_EMBEDDER__MODEL): all-MiniLM-L6-v2 (the default), hashing, "
+        "fastembed:<name> or openai:<model>",
+    )
+    parser.add_argument(
+        "--embedder-path", type=Path, metavar="DIR", help="a local model directory (MEMORY_EMBEDDER__PATH)"
+    )
+    parser.add_argument(
+        "--embedder-base-url",
+        metavar="URL",
+        help="an OpenAI-compatible endpoint (MEMORY_EMBEDDER__BASE_URL); its key is read from MEMORY_EMBEDDER__API_KEY",
+    )
+
+
+def choose_embedder(args: argparse.Namespace) -> None:
+    """Sets the embedder options as settings in this process's environment, which ``isolated_env`` hands on to
+    the worker. A path is made absolute: the worker runs in the project's directory."""
+    path = args.embedder_path.resolve() if args.embedder_path is not None else None
+    for field, value in (("MODEL", args.embedder), ("PATH", path), ("BASE_URL", args.embedder_base_url)):
+        if value is not None:
+            os.environ[f"MEMORY_EMBEDDER__{field}"] = str(value)
 
 
 def _main(argv: list[str]) -> int:

@@ -39,8 +39,12 @@ class Keys:
         return f"{self.prefix}:{namespace}:compaction-pending:{key}:{set_name}"
 
     def usage(self, namespace: str) -> str:
-        """Hash of counters: tokens per model, compactions, items folded, failures."""
+        """Hash of counters: summarizer and embedding tokens per model, compactions, items folded, failures."""
         return f"{self.prefix}:{namespace}:usage"
+
+    def operator_usage(self) -> str:
+        """Hash of the model usage no tenant asked for (a reindex's embeddings), fields as in ``usage``."""
+        return f"{self.prefix}:{_OPS}:usage"
 
     def quota_usage(self, namespace: str) -> str:
         """Hash of the namespace's measured long-term usage (items, bytes) and what was added since."""

@@ -272,10 +272,17 @@ class MemorySet(PublicModel):
         return self._bound().get(self, ids)
 
     def search(
-        self, query: str, limit: int = 10, filters: dict[str, Any] | None = None, *, mode: SearchMode = "hybrid"
+        self,
+        query: str,
+        limit: int = 10,
+        filters: dict[str, Any] | None = None,
+        *,
+        mode: SearchMode = "hybrid",
+        rerank: bool | None = None,
     ) -> list[MemorySetItem]:
-        """Searches this set; see ``LongTermMemory.search`` (``mode``: hybrid, dense or lexical)."""
-        return self._bound().search(self, query, limit=limit, filters=filters, mode=mode)
+        """Searches this set; see ``LongTermMemory.search`` (``mode``: hybrid, dense or lexical; ``rerank``: the
+        workers' reranker on or off for this search, None leaving it to them)."""
+        return self._bound().search(self, query, limit=limit, filters=filters, mode=mode, rerank=rerank)
 
     def delete(self, ids: Sequence[str] | None = None) -> int:
         """Deletes items of this set; see ``LongTermMemory.delete``."""
@@ -330,11 +337,24 @@ class TokenUsage(BaseModel):
     calls: int = 0
 
 
+class EmbeddingUsage(BaseModel):
+    """Tokens a remote embedding model was paid for, and how many texts it embedded.
+
+    A call that embedded several namespaces' texts is split between them in proportion to their texts'
+    characters (the endpoint reports a request's tokens, not each text's). Local models are not counted.
+    """
+
+    tokens: int = 0
+    texts: int = 0
+
+
 class Usage(BaseModel):
-    """Compaction counters of one namespace, kept in Redis by the workers."""
+    """Model usage and compaction counters of one namespace, kept in Redis by the workers: summarizer tokens
+    per model (``tokens``) and remote embedding tokens per model (``embeddings``)."""
 
     namespace: str
     tokens: dict[str, TokenUsage] = Field(default_factory=dict)
+    embeddings: dict[str, EmbeddingUsage] = Field(default_factory=dict)
     compactions: int = 0
     items_folded: int = 0
     summaries_written: int = 0
@@ -342,19 +362,25 @@ class Usage(BaseModel):
 
     @classmethod
     def from_counters(cls, namespace: str, counters: dict[str, int]) -> Usage:
-        """Builds the report from the Redis hash (``input_tokens:<model>``, ``compactions``, ...)."""
+        """Builds the report from the Redis hash (``input_tokens:<model>``, ``embedding_tokens:<model>``,
+        ``compactions``, ...)."""
         tokens: dict[str, TokenUsage] = {}
+        embeddings: dict[str, EmbeddingUsage] = {}
         plain: dict[str, int] = {}
         fields = {"input_tokens": "input_tokens", "output_tokens": "output_tokens", "model_calls": "calls"}
+        embedding_fields = {"embedding_tokens": "tokens", "embedding_texts": "texts"}
         for name, value in counters.items():
             kind, _, model = name.partition(":")
             if model and kind in fields:
                 setattr(tokens.setdefault(model, TokenUsage()), fields[kind], value)
+            elif model and kind in embedding_fields:
+                setattr(embeddings.setdefault(model, EmbeddingUsage()), embedding_fields[kind], value)
             else:
                 plain[name] = value
         return cls(
             namespace=namespace,
             tokens=tokens,
+            embeddings=embeddings,
             compactions=plain.get("compactions", 0),
             items_folded=plain.get("items_folded", 0),
             summaries_written=plain.get("summaries_written", 0),

@@ -7,13 +7,48 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
+from memory_core.testing.fake_openai import VALID_KEY, FakeOpenAI
+from memory_core.testing.fake_rerank import VALID_KEY as RERANK_KEY
+from memory_core.testing.fake_rerank import FakeRerankEndpoint
+from tests.local_models import FASTEMBED_MINILM, lay_out_minilm
+
 from .processes import ROOT
 
 EVAL = [sys.executable, str(ROOT / "ops" / "eval.py")]
+DEV_DATA = ROOT.parent / "shared" / "data" / "longmemeval-dev"
+QUICK = ["--conversations", "5"]  # of the dev set's 239 (one question each, ~22 turns): seconds, not minutes
+needs_dev_data = pytest.mark.skipif(
+    not (DEV_DATA / "queries.jsonl").is_file(), reason=f"{DEV_DATA} is not on this machine"
+)
+
+
+def _eval_env(redis_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an eval run: a Redis DB of its own, flushed (the eval keeps its store in ops/.run)."""
+    # Celery queue names are not under the key prefix, so the session's in-thread worker (same DB, another
+    # prefix) would take the eval's tasks.
+    own_db = redis_url.rsplit("/", 1)[0] + "/12"
+    redis.Redis.from_url(own_db).flushdb()
+    return {**os.environ, "MEMORY_REDIS__URL": own_db, "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"), **extra}
+
+
+def _run_eval(data: Path, tmp_path: Path, env: dict[str, str], *options: str) -> tuple[dict[str, Any], str]:
+    """Runs ops/eval; returns its JSON results (with ``embedder``) and what it printed."""
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [*EVAL, str(data), "--json", str(out), *options],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(out.read_text()), done.stdout
 
 
 def _write(folder: Path, *, longmemeval: bool = False) -> None:
@@ -78,18 +113,10 @@ def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(
     data = tmp_path / "data"
     data.mkdir()
     _write(data, longmemeval=longmemeval)
-    out = tmp_path / "results.json"
-    # A Redis DB of its own: Celery queue names are not under the key prefix, so the session's in-thread
-    # worker (same DB, another prefix) would take the eval's tasks.
-    own_db = redis_url.rsplit("/", 1)[0] + "/12"
-    redis.Redis.from_url(own_db).flushdb()
-    env = {**os.environ, "MEMORY_REDIS__URL": own_db, "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant")}
-    done = subprocess.run(
-        [*EVAL, str(data), "--json", str(out)], env=env, capture_output=True, text=True, timeout=200, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "| hybrid (default) |" in done.stdout
-    results = json.loads(out.read_text())["results"]
+    output, stdout = _run_eval(data, tmp_path, _eval_env(redis_url, tmp_path))
+    assert "| hybrid (default) |" in stdout
+    assert output["embedder"].startswith("minilm:all-MiniLM-L6-v2@")
+    results = output["results"]
     assert set(results) >= {"hybrid (default)", "lexical (BM25 + context)", "dense (MiniLM)"}
     default = results["hybrid (default)"]
     main = default["headline"]
@@ -102,7 +129,90 @@ def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(
     assert default["apart"]["n"] == (0 if longmemeval else 1)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@needs_dev_data
+def test_eval_runs_with_the_hashing_embedder_and_names_its_fingerprint(redis_url: str, tmp_path: Path):
+    output, stdout = _run_eval(DEV_DATA, tmp_path, _eval_env(redis_url, tmp_path), *QUICK, "--embedder", "hashing")
+    assert output["embedder"] == "hashing:hashing-384 (384 d, none pooling, normalized)"
+    assert f"embedder: {output['embedder']}" in stdout
+    results = output["results"]
+    assert "dense (MiniLM)" not in results
+    assert results["dense (hashing)"]["headline"]["n"] > 0
+    assert results["hybrid (default)"]["headline"]["n"] == results["dense (hashing)"]["headline"]["n"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@needs_dev_data
+def test_eval_with_fastembed_on_a_local_minilm_directory_scores_as_the_shipped_minilm(redis_url: str, tmp_path: Path):
+    pytest.importorskip("fastembed", reason="the [fastembed] extra is not installed")
+    model_dir = lay_out_minilm(tmp_path / "all-MiniLM-L6-v2")
+    (tmp_path / "shipped").mkdir()
+    (tmp_path / "local").mkdir()
+    shipped, _ = _run_eval(DEV_DATA, tmp_path / "shipped", _eval_env(redis_url, tmp_path / "shipped"), *QUICK)
+    spec = f"fastembed:{FASTEMBED_MINILM}"
+    local, _ = _run_eval(
+        DEV_DATA,
+        tmp_path / "local",
+        _eval_env(redis_url, tmp_path / "local"),
+        *QUICK,
+        *("--embedder", spec, "--embedder-path", str(model_dir)),
+    )
+    assert local["embedder"].startswith(f"{spec}@")
+    assert shipped["embedder"].startswith("minilm:all-MiniLM-L6-v2@")
+    # The same weights through another runtime (vectors equal to cosine 0.9999): the same dense rankings. The
+    # fused rows are not compared: BM25 near-ties may order differently from one load to the next.
+    dense = local["results"][f"dense ({spec})"]
+    assert dense["headline"] == pytest.approx(shipped["results"]["dense (MiniLM)"]["headline"], abs=1e-9)
+    assert dense["headline"]["n"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@needs_dev_data
+def test_eval_runs_against_an_openai_compatible_endpoint(redis_url: str, tmp_path: Path):
+    with FakeOpenAI(dimension=32) as endpoint:
+        env = _eval_env(redis_url, tmp_path, MEMORY_EMBEDDER__API_KEY=VALID_KEY)
+        options = ("--embedder", "openai:text-embedding-3-small", "--embedder-base-url", endpoint.url)
+        output, stdout = _run_eval(DEV_DATA, tmp_path, env, *QUICK, *options)
+    assert output["embedder"] == "openai:text-embedding-3-small@localhost (32 d, remote pooling, normalized)"
+    assert output["results"]["dense (openai:text-embedding-3-small)"]["headline"]["n"] > 0
+    assert endpoint.requests
+    assert set(endpoint.keys) == {VALID_KEY}
+    assert VALID_KEY not in stdout
+
+
+def test_eval_refuses_an_embedder_it_does_not_know_in_one_line(tmp_path: Path):
+    _write(tmp_path)
+    done = subprocess.run(
+        [*EVAL, str(tmp_path), "--embedder", "word2vec"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert "MEMORY_EMBEDDER__MODEL" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
 def test_eval_refuses_a_folder_without_the_files(tmp_path: Path):
     done = subprocess.run([*EVAL, str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2
     assert "items.jsonl" in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_eval_with_a_reranker_adds_the_reranked_row_and_keeps_the_others_fused(redis_url: str, tmp_path: Path):
+    data = tmp_path / "data"
+    data.mkdir()
+    _write(data)
+    with FakeRerankEndpoint() as endpoint:
+        env = _eval_env(redis_url, tmp_path, MEMORY_RERANK__API_KEY=RERANK_KEY)
+        output, stdout = _run_eval(data, tmp_path, env, "--rerank", f"http:{endpoint.url}")
+    results = output["results"]
+    assert "| hybrid (default), reranked |" in stdout
+    assert results["hybrid (default), reranked"]["headline"]["n"] == results["hybrid (default)"]["headline"]["n"]
+    # One request per question of the reranked row (and the worker's start-up check): no other row reranks.
+    questions = {"What is the name of Ana's cat?", "Where did Bo's sister move?", "Does Ana own a dog?"}
+    assert sorted(body["query"] for body in endpoint.requests[1:]) == sorted(questions)
+    assert set(endpoint.keys) == {RERANK_KEY}
+    assert RERANK_KEY not in stdout

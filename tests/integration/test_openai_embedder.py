@@ -1,9 +1,13 @@
 """A worker that embeds through an OpenAI-compatible endpoint (a fake one on loopback, through the real SDK):
 a 429 is retried by the task, no sooner than its Retry-After; an endpoint that keeps failing reaches the caller
-as ``EmbedderError`` and the write is dead-lettered after its retries."""
+as ``EmbedderError`` and the write is dead-lettered after its retries; the tokens it uses are in the usage
+ledger of the namespace that asked (a reindex's, the operator's)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +15,18 @@ from pathlib import Path
 import pytest
 
 from memory_core import EmbedderError, MemoryClient
+from memory_core.client.admin import Admin
 from memory_core.client.deadletters import DeadLetters
+from memory_core.core.models import EmbeddingUsage
 from memory_core.testing.fake_openai import VALID_KEY, FakeOpenAI
 from memory_core.workers import services
 from memory_core.workers.app import create_app
 from tests.integration.conftest import make_settings
 from tests.integration.in_thread import in_thread_worker
+from tests.integration.processes import CLI, client_env
+from tests.reindexing import follow
+
+MODEL = "openai:text-embedding-3-small"
 
 
 @pytest.fixture
@@ -31,7 +41,7 @@ def client(redis_url: str, tmp_path: Path, endpoint: FakeOpenAI) -> Iterator[Mem
         redis_url,
         tmp_path / "qdrant",
         redis={"url": redis_url, "key_prefix": "mcopenai"},
-        embedder={"model": "openai:text-embedding-3-small", "base_url": endpoint.url, "api_key": VALID_KEY},
+        embedder={"model": MODEL, "base_url": endpoint.url, "api_key": VALID_KEY},
         celery={"concurrency": 2, "max_retries": 2, "retry_backoff_max": 5},
     )
     app = create_app(settings)
@@ -67,3 +77,98 @@ def test_an_endpoint_that_keeps_failing_reaches_the_caller_and_the_dead_letters(
     assert _embedding_requests(endpoint, "kept for later") == 3  # the first try and max_retries=2
     letters = DeadLetters(raw_redis, client.keys, client.dispatcher)
     assert "acme" in letters.namespaces()
+
+
+def _fake_tokens(texts: list[str]) -> int:
+    """What the fake endpoint reports for ``texts`` (a quarter of the characters, at least 1 each)."""
+    return sum(max(1, len(text) // 4) for text in texts)
+
+
+def _reported(endpoint: FakeOpenAI) -> tuple[int, int]:
+    """Tokens and texts of every request the endpoint answered."""
+    inputs = [list(body["input"]) for body in endpoint.requests]
+    return sum(_fake_tokens(texts) for texts in inputs), sum(len(texts) for texts in inputs)
+
+
+@pytest.mark.timeout(120)
+def test_each_namespace_is_charged_the_embedding_tokens_of_its_own_texts(client: MemoryClient, endpoint: FakeOpenAI):
+    acme_texts = ["the launch moved to Friday", "Alice owns the rollout plan", "budget review is on the 12th"]
+    globex_texts = ["the plant in Lyon ships on Tuesdays", "Bob prefers green tea"]
+    query = "when is the launch?"
+    acme = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
+    acme.add(acme_texts)
+    acme.search(query, limit=1)
+    assert client.usage("acme").embeddings == {
+        MODEL: EmbeddingUsage(tokens=_fake_tokens([*acme_texts, query]), texts=4)
+    }
+    assert client.usage("globex").embeddings == {}  # nothing acme embedded is globex's
+    globex = client.long_term("globex", "u").get_or_create_memory_set("notes", dedup="none")
+    globex.add(globex_texts)
+    globex.search(query, limit=1)  # the same query: embedded again for globex (caches are per namespace)
+    globex.search(query, limit=1)  # cached: no new tokens
+    assert client.usage("globex").embeddings == {
+        MODEL: EmbeddingUsage(tokens=_fake_tokens([*globex_texts, query]), texts=3)
+    }
+    assert client.usage("acme").embeddings[MODEL].tokens == _fake_tokens([*acme_texts, query])  # unchanged
+    assert client.usage("acme").tokens == {}  # no summarizer ran: its tokens stay apart
+
+    # The rest (the endpoint asked for its vector length as the worker started) is the operator's, so every
+    # token the endpoint reported is in exactly one ledger.
+    operator = Admin(client).operator_usage().embeddings[MODEL]
+    charged = sum(client.usage(ns).embeddings[MODEL].tokens for ns in ("acme", "globex")) + operator.tokens
+    assert charged == _reported(endpoint)[0]
+
+    env = client_env(client.settings)
+    listed = subprocess.run([CLI, "usage", "--json"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    by_namespace = {report["namespace"]: report for report in json.loads(listed.stdout)}
+    assert by_namespace["acme"]["embeddings"] == {MODEL: {"tokens": _fake_tokens([*acme_texts, query]), "texts": 4}}
+    assert by_namespace["!ops"]["embeddings"][MODEL]["tokens"] == operator.tokens
+    text = subprocess.run([CLI, "usage", "globex"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert f"{_fake_tokens([*globex_texts, query]):>10,} embedding tokens" in text.stdout
+    assert MODEL in text.stdout
+
+
+@pytest.mark.timeout(120)
+def test_calls_shared_by_namespaces_charge_every_token_once(client: MemoryClient, endpoint: FakeOpenAI):
+    names = [f"tenant{i}" for i in range(4)]
+    sets = {ns: client.long_term(ns, "u").get_or_create_memory_set("notes", dedup="none") for ns in names}
+    texts = {ns: [f"{ns} note {i}: " + "x" * (10 * i + len(ns)) for i in range(6)] for ns in names}
+
+    def add(ns: str) -> None:
+        for text in texts[ns]:  # many small adds at once: the worker embeds them together, across namespaces
+            sets[ns].add([text])
+
+    threads = [threading.Thread(target=add, args=(ns,)) for ns in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    usage = {ns: client.usage(ns).embeddings[MODEL] for ns in names}
+    assert {ns: u.texts for ns, u in usage.items()} == {ns: 6 for ns in names}
+    operator = Admin(client).operator_usage().embeddings[MODEL]
+    assert sum(u.tokens for u in usage.values()) + operator.tokens == _reported(endpoint)[0]
+    for ns in names:  # a shared call is split by characters, so each share is near its texts' own tokens
+        assert usage[ns].tokens == pytest.approx(_fake_tokens(texts[ns]), abs=6)
+
+
+@pytest.mark.timeout(180)
+def test_a_reindexs_embeddings_are_the_operators_not_the_tenants(redis_url: str, tmp_path: Path, endpoint: FakeOpenAI):
+    settings = make_settings(
+        redis_url,
+        tmp_path / "qdrant",
+        redis={"url": redis_url, "key_prefix": "mcopenreindex"},
+        embedder={"model": "hashing", "api_key": VALID_KEY},  # the key a reindex to openai: uses
+        reindex={"batch_size": 16, "refresh": 0.5},
+    )
+    app = create_app(settings)
+    with in_thread_worker(app, concurrency=2), MemoryClient(settings) as client:
+        notes = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
+        notes.add([f"note {i} about the harbour" for i in range(40)])
+        admin = Admin(client)
+        assert admin.reindex("start", to=MODEL, base_url=endpoint.url).state == "building"
+        notes.add(["written during the reindex: mirrored into the new collection"])
+        assert follow(admin, timeout=120).state == "complete"
+        tokens, texts = _reported(endpoint)
+        assert admin.operator_usage().embeddings == {MODEL: EmbeddingUsage(tokens=tokens, texts=texts)}
+        assert client.usage("acme").embeddings == {}  # acme's own embedder is local; the copies are not its
+    services.close(app)

@@ -42,6 +42,7 @@ from memory_core.core.validation import parse
 from memory_core.engine.compaction.extractive import MODEL as EXTRACTIVE
 from memory_core.engine.compaction.summarizer import Summarizer, Summary, Topic, validate_topics
 from memory_core.engine.embedders import Embedder
+from memory_core.engine.embedders.metering import charged_to
 from memory_core.engine.stores import ItemRecord, VectorStore
 from memory_core.engine.stores.base import require_set, versions_of
 
@@ -97,9 +98,11 @@ class Compactor:
             return CompactionReport(status="busy")
         try:
             self.redis.delete(self.keys.compaction_pending(*scope))
-            report = self._run(scope, definition, lock, force=request.force)
-            if self.redis.getdel(self.keys.compaction_dirty(*scope)):
-                report = _combine(report, self._run(scope, definition, lock, force=False))
+            # A remote embedder's tokens (summaries; the items, for the extractive summarizer) are the namespace's.
+            with charged_to(scope.namespace):
+                report = self._run(scope, definition, lock, force=request.force)
+                if self.redis.getdel(self.keys.compaction_dirty(*scope)):
+                    report = _combine(report, self._run(scope, definition, lock, force=False))
             COMPACTIONS.labels(report.status).inc()
             return report
         except SummarizerError:

@@ -16,6 +16,7 @@ from memory_core.core.keys import Keys
 from memory_core.core.metrics import CACHE
 from memory_core.engine.embedders import Embedder
 from memory_core.engine.embedders.base import embed_timed
+from memory_core.engine.embedders.metering import charging
 
 
 def encode_vector(vector: Sequence[float]) -> str:
@@ -76,6 +77,7 @@ class EmbeddingCache:
         Entries are cached per namespace (no cross-tenant timing hints); a text needed by several
         namespaces is embedded once. ``queries``: the texts are search queries (``embed_queries``), cached
         apart from documents, since a model with a query prefix embeds the same text differently as one.
+        A remote embedder's tokens are charged to the namespaces whose texts missed (``metering.charging``).
         """
         if not pairs:
             return []
@@ -97,7 +99,8 @@ class EmbeddingCache:
         CACHE.labels("embedding", "hit").inc(len(pairs) - len(missing))
         CACHE.labels("embedding", "miss").inc(len(unique))
         if unique:
-            fresh = dict(zip(unique, embed_timed(self.embedder, unique, queries=queries), strict=True))
+            with charging(dict.fromkeys(pairs[i] for i in missing)):
+                fresh = dict(zip(unique, embed_timed(self.embedder, unique, queries=queries), strict=True))
             for i in missing:
                 vectors[i] = fresh[pairs[i][1]]
             ttl = self._write_ttl if written else self._ttl

@@ -13,6 +13,9 @@ would fail the same way. The API key is never logged nor put in an error message
 
 Vectors are L2-normalized here: OpenAI's are already, other servers' may not be, and the store compares by
 cosine on unit vectors.
+
+Usage: after each answered request, the tokens the endpoint reports (or our count, when it reports none) go to
+the ``on_usage`` hook, which the worker points at the usage ledger (``metering``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,7 +35,7 @@ from memory_core.core.errors import ConfigurationError, EmbedderError, Transient
 from memory_core.core.metrics import MODEL_TOKENS
 from memory_core.core.settings import EmbedderSettings
 from memory_core.core.tokens import TokenCounter, default_counter
-from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.embedders.base import EmbedderFingerprint, UsageHook
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +46,6 @@ REQUEST_TOKEN_BUDGET = 240_000
 MAX_INPUT_TOKENS = 8191
 """OpenAI's limit per input; longer texts are cut to it (counted in cl100k)."""
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-
-UsageHook = Callable[[str, int], None]
-"""Called after each answered request with (model spec, tokens the endpoint reports it used)."""
 
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
@@ -211,7 +211,7 @@ class OpenAIEmbedder:
         tokens = _used_tokens(response) or counted  # a server that reports no usage is metered by our count
         MODEL_TOKENS.labels(self.model_name, "embedding").inc(tokens)
         if self.on_usage is not None:
-            self.on_usage(self.model_name, tokens)
+            self.on_usage(self.model_name, tokens, len(batch))
         return vectors
 
     def _vectors(self, response: Any, expected: int, where: str) -> list[list[float]]:

@@ -20,6 +20,7 @@ from memory_core.core.models import ChatMessage, CompactionConfig, MessageRole
 from memory_core.core.tokens import TokenCounter
 from memory_core.core.validation import parse
 from memory_core.engine.compaction.summarizer import Summarizer
+from memory_core.engine.embedders.metering import charged_to
 from memory_core.engine.session.entities import EntityExtractor
 from memory_core.tiers.session.history import SessionKeys, SessionMessage, SummaryState, parse_entries, text
 
@@ -73,7 +74,8 @@ class SessionService:
                 items.append(ChatMessage(role=MessageRole.SYSTEM, content=f"Summary so far: {state.summary}"))
             items.extend(e.message for e in fold)
             config = CompactionConfig(model=request.model or self.default_model, prompt="conversation", limit=1)
-            result = self.summarizer.summarize(items, config)
+            with charged_to(request.namespace):  # the extractive summarizer embeds the messages
+                result = self.summarizer.summarize(items, config)
             summary = " ".join(t.summary for t in result.topics).strip()
             if not summary:  # the model left everything out: keep it all as text rather than lose it
                 summary = "\n".join(filter(None, [state.summary, *(render(e.message, prefixes) for e in fold)]))

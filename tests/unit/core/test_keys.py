@@ -18,3 +18,4 @@ def test_operator_keys_cannot_collide_with_a_namespace():
     # "!" is not a namespace character, so no tenant's keys can live under "mc:!ops:".
     assert keys.dead_letter_namespaces().startswith("mc:!ops:")
     assert keys.unroutable_dead_letters().startswith("mc:!ops:")
+    assert keys.operator_usage().startswith("mc:!ops:")

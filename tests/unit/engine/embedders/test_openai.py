@@ -166,11 +166,11 @@ def test_openais_endpoint_without_a_key_is_a_configuration_error(monkeypatch):
 
 
 def test_tokens_used_reach_the_usage_hook(server):
-    used: list[tuple[str, int]] = []
+    used: list[tuple[str, int, int]] = []
     embedder = _embedder(server)
-    embedder.on_usage = lambda model, tokens: used.append((model, tokens))
+    embedder.on_usage = lambda model, tokens, texts: used.append((model, tokens, texts))
     embedder.embed(["a" * 40, "b" * 80])
-    assert used == [("openai:text-embedding-3-small", 30)]  # the fake reports len/4 per text
+    assert used == [("openai:text-embedding-3-small", 30, 2)]  # the fake reports len/4 per text
 
 
 def test_a_retry_after_delays_the_task_retry_up_to_the_longest_backoff():
