@@ -15,6 +15,10 @@ Measured in one run on the same texts:
     ops/bench --writes 3    # (a), (b) and (c) alone, three rounds in turn (to compare builds)
     ops/bench --scale 10000,100000,1000000    # cost as work grows, one embedded node (ops/scale.py)
     ops/bench --profile-writes    # where the worker's CPU goes per add message (ops/write_profile.py)
+    ops/bench --rerank [SPEC]    # what reranking adds per search, beside none (ops/rerank_bench.py)
+    ops/bench --reindex [--big-items 100000]    # a reindex's rate, and adds and searches during one (ops/reindex_bench.py)
+    ops/bench --embedder SPEC [--embedder-path DIR] [--embedder-base-url URL]    # another embedder
+      (MEMORY_EMBEDDER__MODEL) in the worker and in (a), with every section but --scale
 """
 
 from __future__ import annotations
@@ -41,7 +45,17 @@ import numpy as np
 import qdrant_edge as qe
 import redis
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from stack import ROOT, RUN_DIR, VENV_BIN, clear_prefix, isolated_env, redis_server, worker
+from stack import (
+    ROOT,
+    RUN_DIR,
+    VENV_BIN,
+    add_embedder_options,
+    choose_embedder,
+    clear_prefix,
+    isolated_env,
+    redis_server,
+    worker,
+)
 
 from memory_core import (
     AsyncMemoryClient,
@@ -58,8 +72,8 @@ from memory_core.core.liveness import consumers
 from memory_core.core.messages import CompactionReport
 from memory_core.core.models import MemorySet, MemorySetItem, Scope
 from memory_core.core.settings import QdrantSettings, Settings
-from memory_core.engine.embedders.minilm import DIMENSION, MODEL_NAME, MiniLMEmbedder
-from memory_core.engine.stores import ItemRecord, collection_name, point_id
+from memory_core.engine.embedders import Embedder, EmbedderFingerprint, open_embedder
+from memory_core.engine.stores import ItemRecord, collection_name, meta_collection_name, point_id
 from memory_core.engine.stores.base import to_payload
 from memory_core.engine.stores.edge import DENSE, EdgeVectorStore
 from memory_core.testing.fake_anthropic import FakeAnthropic
@@ -110,7 +124,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _embed_rate(embedder: MiniLMEmbedder, texts: list[str], threads: int) -> float:
+def _embed_rate(embedder: Embedder, texts: list[str], threads: int) -> float:
     chunks = [texts[i : i + 100] for i in range(0, len(texts), 100)]
     started = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
@@ -270,7 +284,7 @@ def _batched_adds(client: MemoryClient, texts: list[str], batch: int) -> float:
     return rate
 
 
-def _embed_rates(embedder: MiniLMEmbedder, texts: list[str], settings: Settings) -> dict[int, float]:
+def _embed_rates(embedder: Embedder, texts: list[str], settings: Settings) -> dict[int, float]:
     """(a): the embedder alone, items/s by thread count; the worker embeds in several threads at once, so
     the ceiling is the best layout, each measured twice."""
     embedder.embed(texts[:64])  # warm-up
@@ -285,7 +299,8 @@ def _only_writes(args: argparse.Namespace) -> None:
     """(a), (b) and (c) alone, ``args.writes`` rounds in turn on one worker, each round on new texts."""
     env = isolated_env("bench")
     settings = load_settings()
-    embedder = MiniLMEmbedder(threads=settings.embedder.threads, batch_size=settings.embedder.batch_size)
+    embedder = open_embedder(settings.embedder)
+    print(f"embedder: {embedder.fingerprint.describe()}", flush=True)
     rows = []
     with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
@@ -331,11 +346,20 @@ def _rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _big_store(path: Path, count: int) -> float:
-    """Writes a ``count``-item set straight into an embedded store (random vectors, real texts); seconds taken."""
+def _big_store(path: Path, count: int, model_name: str, fingerprint: EmbedderFingerprint) -> float:
+    """Writes a ``count``-item set straight into an embedded store (random vectors, real texts); seconds taken.
+
+    The store is the one the worker's embedder (``model_name``, ``fingerprint``) opens, so it searches it."""
     shutil.rmtree(path, ignore_errors=True)
     settings = QdrantSettings(path=path)
-    store = EdgeVectorStore(path, collection=collection_name(settings, MODEL_NAME), dimension=DIMENSION)
+    dimension = fingerprint.dimension
+    store = EdgeVectorStore(
+        path,
+        collection=collection_name(settings, model_name),
+        dimension=dimension,
+        meta=meta_collection_name(settings),
+        fingerprint=fingerprint,
+    )
     started = time.perf_counter()
     try:
         store.put_set("bench", "big", MemorySet(name="notes", capacity=1_000_000))
@@ -344,7 +368,7 @@ def _big_store(path: Path, count: int) -> float:
         now = datetime.now(UTC)
         scope = Scope("bench", "big", "notes")
         for start in range(0, count, 2_000):
-            vectors = rng.standard_normal((min(2_000, count - start), DIMENSION), dtype=np.float32)
+            vectors = rng.standard_normal((min(2_000, count - start), dimension), dtype=np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             records = [
                 ItemRecord(
@@ -367,10 +391,12 @@ def _big_store(path: Path, count: int) -> float:
         store.close()
 
 
-def _big_search(env: dict[str, str], count: int, queries: list[str]) -> dict[str, Any]:
+def _big_search(
+    env: dict[str, str], count: int, queries: list[str], model_name: str, fingerprint: EmbedderFingerprint
+) -> dict[str, Any]:
     """Hybrid search through the queue on a ``count``-item set (every query new: cache misses); worker RSS."""
     path = RUN_DIR / "bench-big"
-    write_s = _big_store(path, count)
+    write_s = _big_store(path, count, model_name, fingerprint)
     big_env = {**env, "MEMORY_QDRANT__PATH": str(path), "MEMORY_REDIS__KEY_PREFIX": "benchbig"}
     os.environ.update(big_env)
     settings = load_settings()
@@ -686,7 +712,25 @@ def main() -> None:
         action="store_true",
         help="run only the worker CPU profile per add message (ops/write_profile.py)",
     )
+    parser.add_argument(
+        "--rerank",
+        nargs="?",
+        const="",
+        metavar="SPEC",
+        help="run only the latency reranking adds per search (ops/rerank_bench.py), with this MEMORY_RERANK__MODEL "
+        "(default: a rerank endpoint on loopback)",
+    )
+    parser.add_argument(
+        "--reindex",
+        action="store_true",
+        help="run only the reindex section (ops/reindex_bench.py): its rate on --big-items items, and one-item adds "
+        "and searches during it against none",
+    )
+    add_embedder_options(parser)
     args = parser.parse_args()
+    if args.scale and (args.embedder or args.embedder_path or args.embedder_base_url):
+        parser.error("--scale measures the store with stand-in vectors of the shipped model; --embedder does not apply")
+    choose_embedder(args)  # before any worker starts: isolated_env hands the choice on
     if args.profile_writes:
         import write_profile
 
@@ -702,8 +746,19 @@ def main() -> None:
     if args.doors:
         _only_doors(args)
         return
+    if args.rerank is not None:
+        import rerank_bench
+
+        rerank_bench.run(args.rerank, args.items, args.searches)
+        return
     if args.writes:
         _only_writes(args)
+        return
+    if args.reindex:
+        import reindex_bench
+
+        with redis_server(load_settings().redis.url):
+            reindex_bench.run(args.big_items, min(args.searches, 200))
         return
 
     env = isolated_env("bench")
@@ -712,7 +767,8 @@ def main() -> None:
     texts = corpus(args.items)
 
     # (a) the embedder alone, as the worker runs it (same threads and batch size), on the same texts.
-    embedder = MiniLMEmbedder(threads=settings.embedder.threads, batch_size=settings.embedder.batch_size)
+    embedder = open_embedder(settings.embedder)
+    model_name, fingerprint = embedder.model_name, embedder.fingerprint
     rates = _embed_rates(embedder, texts, settings)
     embed_rate = max(rates.values())
     single = []
@@ -763,7 +819,7 @@ def main() -> None:
 
     ttl_write_s, ttl_sweep_s = _ttl_sweep(args.ttl_items)
     conditional = {size: _conditional_writes(args.conditional_items, size) for size in (1, args.batch)}
-    big = _big_search(env, args.big_items, queries[:100])
+    big = _big_search(env, args.big_items, queries[:100], model_name, fingerprint)
 
     with FakeAnthropic() as fake:
         fake_env = {**env, "MEMORY_ANTHROPIC__API_KEY": "sk-ant-bench-fake", "MEMORY_ANTHROPIC__BASE_URL": fake.url}
@@ -773,7 +829,7 @@ def main() -> None:
 
     print(
         f"\nmemory-core bench: {len(texts)} items, batches of {args.batch}, {args.searches} searches "
-        f"({os.cpu_count()} cores, embedder threads={settings.embedder.threads})\n"
+        f"({os.cpu_count()} cores, embedder threads={settings.embedder.threads})\nembedder: {fingerprint.describe()}\n"
     )
     print("| measure | value |")
     print("|---|---|")

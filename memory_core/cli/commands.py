@@ -16,7 +16,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from memory_core.cli import EXIT_FAILED, EXIT_OK, emit, models
+from memory_core.cli import EXIT_FAILED, EXIT_OK, emit, models, reindex
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.client.admin import PAGE, Admin
@@ -104,8 +104,12 @@ def register(sub: Any) -> None:
     p.add_argument("--yes", action="store_true", help="really drop")
     p.set_defaults(run=_letters_drop)
 
-    p = sub.add_parser("usage", help="summarizer tokens per model, and compactions, per namespace")
-    p.add_argument("namespace", nargs="?", help="one namespace (default: every namespace with usage)")
+    p = sub.add_parser("usage", help="summarizer and embedding tokens per model, and compactions, per namespace")
+    p.add_argument(
+        "namespace",
+        nargs="?",
+        help="one namespace, or '!ops' for a reindex's embeddings (default: every namespace with usage, and '!ops')",
+    )
     _json(p).set_defaults(run=_usage)
     p = sub.add_parser("stats", help="cache sizes in Redis, and hit rates from the workers' metrics")
     p.add_argument(
@@ -148,6 +152,7 @@ def register(sub: Any) -> None:
     p.set_defaults(run=_serve)
 
     models.register(sub)
+    reindex.register(sub)
 
 
 def _json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -395,8 +400,14 @@ def _letters_drop(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _usage(args: argparse.Namespace, rest: list[str]) -> int:
     with _client() as client:
-        namespaces = [args.namespace] if args.namespace else Admin(client).namespaces()
-        reports = [client.usage(ns) for ns in namespaces]
+        admin = Admin(client)
+        if args.namespace == routing.OPS_NAMESPACE:
+            reports = [admin.operator_usage()]
+        elif args.namespace:
+            reports = [client.usage(args.namespace)]
+        else:
+            operator = admin.operator_usage()
+            reports = [client.usage(ns) for ns in admin.namespaces()] + ([operator] if operator.embeddings else [])
     data = [r.model_dump(mode="json") for r in reports]
 
     def rows() -> list[str]:
@@ -406,9 +417,12 @@ def _usage(args: argparse.Namespace, rest: list[str]) -> int:
                 lines.append(
                     f"{r.namespace:<20} {model:<28} {t.calls:>6} calls {t.input_tokens:>10,} in {t.output_tokens:>9,} out"
                 )
-            lines.append(
-                f"{r.namespace:<20} {r.compactions} compactions, {r.items_folded} items folded, {r.failures} failures"
-            )
+            for model, e in r.embeddings.items():
+                lines.append(f"{r.namespace:<20} {model:<28} {e.texts:>6} texts {e.tokens:>10,} embedding tokens")
+            if r.namespace != routing.OPS_NAMESPACE:  # the operator's ledger holds no compactions
+                lines.append(
+                    f"{r.namespace:<20} {r.compactions} compactions, {r.items_folded} items folded, {r.failures} failures"
+                )
         return lines
 
     emit(args, data, rows)

@@ -19,6 +19,7 @@ import redis
 
 from memory_core.client import MemoryClient
 from memory_core.core import routing
+from memory_core.core.coordination import stored_counters
 from memory_core.core.errors import ConfigurationError, InvalidRequestError
 from memory_core.core.files import copy_tree_sparse
 from memory_core.core.keys import decoded
@@ -30,9 +31,12 @@ from memory_core.core.messages import (
     ExportRequest,
     ImportRequest,
     ListSetsRequest,
+    ReindexRequest,
+    ReindexStatus,
     SetInfo,
     SetsReply,
 )
+from memory_core.core.models import Usage
 from memory_core.core.redis_errors import redis_failure
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.store_owner import StoreOwner
@@ -63,6 +67,14 @@ class Admin:
         except redis.RedisError as exc:
             raise redis_failure(exc, "list the namespaces", self._where) from exc
         return sorted(found)
+
+    def operator_usage(self) -> Usage:
+        """Model usage that no namespace asked for (a reindex's embeddings), as the ``Usage`` of ``'!ops'``."""
+        try:
+            raw = self.client.dispatcher_redis.hgetall(self.client.keys.operator_usage())
+        except redis.RedisError as exc:
+            raise redis_failure(exc, "read the operator's usage", self._where) from exc
+        return Usage.from_counters(routing.OPS_NAMESPACE, stored_counters(raw, "the operator's usage counters"))
 
     def list_sets(self, namespace: str, key: str | None = None) -> list[SetInfo]:
         """The namespace's sets (or one key's), with sizes."""
@@ -102,6 +114,34 @@ class Admin:
             routing.BACKUP, {"request": request.model_dump(mode="json")}, json.dumps({"label": label})
         )
         return BackupReply.model_validate(dispatcher.wait(routing.OPS_NAMESPACE, task_id, timeout, task=routing.BACKUP))
+
+    def reindex(
+        self,
+        action: str,
+        *,
+        to: str | None = None,
+        path: str | None = None,
+        base_url: str | None = None,
+        dimensions: int | None = None,
+        timeout: float = 120.0,
+    ) -> ReindexStatus:
+        """Starts (``to``: the target embedder, as ``MEMORY_EMBEDDER__MODEL`` takes it), follows (``status``),
+        aborts (``abort``) or finishes (``drop_old``) the re-embedding of the store; returns where it stands.
+
+        A status call also resumes parts of the work that made no progress for a while (a killed worker's).
+        ``timeout``: seconds to wait for a worker's answer, above 0 and at most 604800.
+        """
+        check_seconds(timeout, "timeout")
+        fields = {"action": action, "to": to, "path": path, "base_url": base_url, "dimensions": dimensions}
+        request = parse(ReindexRequest, {k: v for k, v in fields.items() if v is not None}, "reindex request")
+        dispatcher = self.client.dispatcher
+        dispatcher.require_worker(routing.REINDEX)
+        summary = json.dumps({"action": action, "to": to})
+        task_id = dispatcher.send_raw(
+            routing.REINDEX, {"request": request.model_dump(mode="json", exclude_none=True)}, summary
+        )
+        reply = dispatcher.wait(routing.OPS_NAMESPACE, task_id, timeout, task=routing.REINDEX)
+        return ReindexStatus.model_validate(reply)
 
     def restore(self, label: str) -> Path:
         """Puts the embedded engine's snapshot ``label`` in place of its data directory (workers stopped).

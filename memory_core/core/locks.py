@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
+
+logger = logging.getLogger(__name__)
 
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 _EXTEND = (
@@ -39,3 +45,31 @@ class RedisLock:
     def release(self) -> None:
         """Frees the lock if this holder still has it."""
         self._client.eval(_RELEASE, 1, self.key, self._token)
+
+    @contextmanager
+    def kept(self, *, waiting: str) -> Iterator[None]:
+        """Holds the lock for the ``with`` block however long it runs: waits until it is free (logging
+        ``waiting`` every ``ttl``), then extends it every third of its ``ttl`` until the block ends. A holder
+        that dies stops extending, so the lock frees itself within one ``ttl``."""
+        ttl = self._ttl_ms / 1000
+        while not self.acquire(wait=ttl):
+            logger.warning("waiting for %s: %s", self.key, waiting)
+        done = threading.Event()
+
+        def extend() -> None:
+            while not done.wait(ttl / 3):
+                try:
+                    if not self.extend():
+                        logger.warning("lost %s while holding it", self.key)
+                        return
+                except redis.RedisError as exc:  # a blip: the next round tries again before the expiry
+                    logger.warning("could not extend %s: %s", self.key, exc)
+
+        keeper = threading.Thread(target=extend, name=f"keep {self.key}", daemon=True)
+        keeper.start()
+        try:
+            yield
+        finally:
+            done.set()
+            keeper.join()
+            self.release()

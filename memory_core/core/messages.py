@@ -10,7 +10,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_serializer,
+    model_validator,
+)
 
 from memory_core.core.models import (
     ChatMessage,
@@ -119,6 +129,17 @@ class SearchRequest(SetRequest):
     limit: int = Field(ge=1)
     filters: dict[str, FilterValue] = Field(default_factory=dict)
     mode: SearchMode = "hybrid"
+    rerank: StrictBool | None = None
+    """Rerank the fused hits (``MEMORY_RERANK__MODEL``): True asks for it (refused where no reranker is set),
+    False turns it off for this search, None leaves it to the worker (on when a reranker is set)."""
+
+    @model_serializer(mode="wrap")
+    def _unset_rerank_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Sent only when asked: a default search stays a message that workers without the field accept.
+        dumped: dict[str, Any] = handler(self)
+        if self.rerank is None:
+            dumped.pop("rerank", None)
+        return dumped
 
 
 class CreateSetRequest(Request):
@@ -355,6 +376,66 @@ class BackupReply(_Wire):
     location: str
     parts: list[str]
     bytes_on_disk: int = 0  # what the snapshot takes (its files stay sparse); 0 for server snapshots
+
+
+class ReindexRequest(_Wire):
+    """memory.reindex: start, follow, abort or finish the re-embedding of the store for another embedder."""
+
+    v: Literal[1] = 1
+    action: Literal["start", "status", "abort", "drop_old", "kick"]
+    to: str | None = Field(default=None, pattern=r"^(all-MiniLM-L6-v2|hashing|fastembed:\S+|openai:\S+)$")
+    """The target embedder (``MEMORY_EMBEDDER__MODEL`` syntax); ``start`` only."""
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A local model directory for the target (``MEMORY_EMBEDDER__PATH`` of the new setting)."""
+    base_url: str | None = Field(default=None, pattern=r"^https?://\S+$", max_length=2048)
+    """The target's embeddings endpoint (``MEMORY_EMBEDDER__BASE_URL`` of the new setting)."""
+    dimensions: StrictInt | None = Field(default=None, ge=1, le=65536)
+    """The target's vector length, for endpoints that can shorten vectors."""
+
+    @model_validator(mode="after")
+    def _target_for_start(self) -> ReindexRequest:
+        if self.action == "start" and self.to is None:
+            raise ValueError("action 'start' needs 'to', the target embedder (e.g. 'fastembed:BAAI/bge-small-en-v1.5')")
+        if self.action != "start" and (self.to, self.path, self.base_url, self.dimensions) != (None, None, None, None):
+            raise ValueError(f"only action 'start' takes a target; got action {self.action!r} with one")
+        return self
+
+
+REINDEX_PARTS = 16
+"""Parts of the point-id space a reindex copies independently (``memory_core.engine.reindex``)."""
+
+
+class ReindexBatch(_Wire):
+    """memory.reindex_batch: copy the next batch of one part of the store (sent by workers to themselves)."""
+
+    part: StrictInt = Field(ge=0, lt=REINDEX_PARTS)
+
+
+class ReindexStatus(_Wire):
+    """Where a store's reindex stands. ``state``: ``none`` (never started), ``building`` (copying), ``complete``
+    (the new collection holds everything and mirrors every write: restart the workers with the new setting),
+    ``switched`` (workers run the new embedder; the old collection stays until ``drop_old``), ``aborted``."""
+
+    state: Literal["none", "building", "complete", "switched", "aborted"]
+    source: str = ""
+    """The embedder whose collection is copied (``describe()``)."""
+    target: str = ""
+    """The embedder it is re-embedded for (``describe()``)."""
+    target_spec: str = ""
+    """The ``MEMORY_EMBEDDER__MODEL`` value of the target: what the workers restart with."""
+    source_collection: str = ""
+    collection: str = ""
+    total: int = 0
+    """Points in the old collection when the reindex started (tombstones included)."""
+    scanned: int = 0
+    """Points read so far, over both passes (the first copies, the second checks): done at ``2 * total``, about."""
+    copied: int = 0
+    """Points written into the new collection by the reindex (writes mirrored by workers not counted)."""
+    parts_done: int = 0
+    parts: int = 0
+    started_at: float | None = None
+    completed_at: float | None = None
+    source_dropped: bool = False
 
 
 class ErrorInfo(_Wire):

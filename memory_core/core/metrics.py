@@ -35,6 +35,9 @@ TASKS = Counter("memory_core_tasks", "Tasks by name and final state (success, fa
 TASK_SECONDS = Histogram("memory_core_task_seconds", "Run time of a task in the worker.", ["task"], buckets=_LATENCY)
 EMBED_SECONDS = Histogram("memory_core_embed_seconds", "Time of one embedder call.", buckets=_LATENCY)
 EMBEDDED_TEXTS = Counter("memory_core_embedded_texts", "Texts embedded (cache misses only).")
+RERANK_SECONDS = Histogram(
+    "memory_core_rerank_seconds", "Time of one reranker call (the candidates of one search).", buckets=_LATENCY
+)
 STORE_SECONDS = Histogram(
     "memory_core_store_seconds", "Time of one vector-store call, by operation.", ["operation"], buckets=_LATENCY
 )
@@ -60,6 +63,11 @@ QUOTA_RECOUNT_SECONDS = Histogram(
     "memory_core_quota_recount_seconds", "Time to measure one namespace's usage for its quotas.", buckets=_LATENCY
 )
 MODEL_TOKENS = Counter("memory_core_model_tokens", "Summarizer tokens by model and direction.", ["model", "direction"])
+REINDEX_POINTS = Counter(
+    "memory_core_reindex_points",
+    "Points a reindex read (scanned) and wrote into its new collection (copied).",
+    ["kind"],
+)
 DEAD_LETTERS = Counter("memory_core_dead_letters", "Tasks that failed for good and were dead-lettered.", ["task"])
 
 

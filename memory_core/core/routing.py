@@ -49,10 +49,12 @@ LIST_SETS = "memory.list_sets"
 EXPORT = "memory.export"
 IMPORT = "memory.import"
 BACKUP = "memory.backup"
+REINDEX = "memory.reindex"
+REINDEX_BATCH = "memory.reindex_batch"
 
 OPS_NAMESPACE = "!ops"
 """Where replies to operator tasks that name no namespace (backup) go; no tenant can be named this."""
-OPS_REPLIES = frozenset({BACKUP})
+OPS_REPLIES = frozenset({BACKUP, REINDEX, REINDEX_BATCH})
 
 ROUTES: dict[str, str] = {
     ADD: WRITE_QUEUE,
@@ -69,6 +71,9 @@ ROUTES: dict[str, str] = {
     EXPORT: READ_QUEUE,
     IMPORT: WRITE_QUEUE,
     BACKUP: MAINTENANCE_QUEUE,
+    # Starting, following and aborting a reindex answer at once, even while its batches fill the maintenance queue.
+    REINDEX: READ_QUEUE,
+    REINDEX_BATCH: MAINTENANCE_QUEUE,
     COMPACT: COMPACTION_QUEUE,
     COMPACTION_SWEEP: MAINTENANCE_QUEUE,
     TTL_SWEEP: MAINTENANCE_QUEUE,

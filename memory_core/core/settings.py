@@ -97,6 +97,9 @@ def redact_url(url: str) -> str:
     """Returns ``url`` with any password replaced by ``***``, for logs and error messages."""
     parts = urlsplit(url)
     if parts.password is None:
+        provider, _, rest = url.partition(":")
+        if "://" in rest and not rest.startswith("//"):  # a spec around a URL: http:https://user:pass@host
+            return f"{provider}:{redact_url(rest)}"
         return url
     netloc = parts.netloc.rsplit("@", 1)[1]
     user = parts.username or ""
@@ -189,8 +192,8 @@ class EmbedderSettings(_Group):
     api_key: Secret = None
     """The embeddings endpoint's API key (``openai:``); never logged, never in a task message."""
     dimensions: int | None = Field(default=None, ge=1, le=65536)
-    """The vector length to ask the endpoint for (``openai:`` models that can shorten their vectors); unset:
-    the model's own."""
+    """The vector length to ask the endpoint for (``openai:`` models that can shorten their vectors), or of
+    ``hashing``'s vectors; unset: the model's own (384 for ``hashing``)."""
     timeout: float = Field(default=30.0, gt=0, le=600)
     """Seconds one request to a remote embeddings endpoint may take (``openai:``)."""
     threads: int = Field(default=1, ge=1, le=64)
@@ -199,6 +202,48 @@ class EmbedderSettings(_Group):
     """Texts per onnxruntime run: a longer list of texts is embedded in batches of this size."""
     max_tokens: int = Field(default=256, ge=8, le=512)
     """Tokens of a text that are embedded; the rest of a longer text does not count in its vector."""
+
+
+RERANK_SPECS = "'' (off), fastembed:<cross-encoder name> or http:<URL of a /rerank endpoint>"
+"""The forms ``MEMORY_RERANK__MODEL`` accepts, as error messages name them."""
+
+
+class RerankSettings(_Group):
+    """Optional reranking of search results by a cross-encoder (off by default): the workers score the top
+    ``candidates`` fused hits against the query in one batch and return the best ``limit``. Published results
+    on conversational memory go both ways, so measure it on your data (``ops/eval --rerank``) first."""
+
+    model: str = ""
+    """Which reranker: ``""`` (off, the default), ``fastembed:<name>`` (a cross-encoder the fastembed library
+    lists, e.g. ``fastembed:Xenova/ms-marco-MiniLM-L-6-v2``, extra ``[fastembed]``; downloaded once into
+    ``MEMORY_EMBEDDER__CACHE_DIR``, or loaded from ``path``), or ``http:<url>`` (a rerank endpoint of the
+    Cohere, Jina or Hugging Face TEI shape, e.g. ``http:http://localhost:8080/rerank``). A worker that cannot
+    load it refuses to start."""
+    candidates: int = Field(default=30, ge=1, le=200)
+    """Fused hits a reranked search scores (at least its ``limit``): more can find a lower-ranked fact, and
+    cost the reranker time in proportion."""
+    timeout: float = Field(default=10.0, gt=0, le=600)
+    """Seconds one request to a rerank endpoint may take (``http:``); past it the search fails with
+    ``TransientRerankerError``."""
+    api_key: Secret = None
+    """The rerank endpoint's API key, sent as a bearer token (``http:``); never logged, never in a task
+    message."""
+    remote_model: str = Field(default="", max_length=200)
+    """The model name sent to the rerank endpoint (``http:``), which Cohere's and Jina's APIs require (e.g.
+    ``rerank-v3.5``); unset for a server of one model (TEI)."""
+    path: UserPath | None = None
+    """A local cross-encoder directory to load instead of downloading (``fastembed:``), for machines without
+    a network."""
+
+    @field_validator("model")
+    @classmethod
+    def _spec(cls, value: str) -> str:
+        provider, _, rest = value.partition(":")
+        if value == "" or (provider == "fastembed" and rest and not any(c.isspace() for c in rest)):
+            return value
+        if provider == "http" and urlsplit(rest).scheme in {"http", "https"} and urlsplit(rest).hostname:
+            return value
+        raise ValueError(f"expected {RERANK_SPECS}, got {redact_url(value)!r}")
 
 
 class AnthropicSettings(_Group):
@@ -276,6 +321,20 @@ class MaintenanceSettings(_Group):
     max_items_per_run: int = Field(default=10_000, ge=1)
     """The most items one TTL sweep or eviction run deletes, and about the most read times one flush writes;
     the rest wait for the next run."""
+
+
+class ReindexSettings(_Group):
+    """``memory-core reindex``: how the workers re-embed a store for another embedder."""
+
+    batch_size: int = Field(default=256, ge=1, le=10_000)
+    """Points one reindex task copies (each re-embedded in one embedder call); the unit of progress that a
+    killed worker redoes."""
+    lock_ttl: int = Field(default=60, ge=5, le=3600)
+    """Seconds a part's lock lives unless renewed: a killed worker holds its part of the store this long at
+    most before another worker takes it over."""
+    refresh: float = Field(default=2.0, gt=0, le=60)
+    """Seconds a worker trusts what it last read of the reindex (whether to mirror writes into the new
+    collection); another worker's start or abort reaches it within this."""
 
 
 class RedactionSettings(_Group):
@@ -650,12 +709,14 @@ class Settings(BaseSettings):
     # Built per Settings, not once at import: their paths default to a directory found when the settings are read.
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedder: EmbedderSettings = EmbedderSettings()
+    rerank: RerankSettings = RerankSettings()
     anthropic: AnthropicSettings = AnthropicSettings()
     limits: LimitsSettings = LimitsSettings()
     quotas: QuotaSettings = QuotaSettings()
     compaction: CompactionSettings = CompactionSettings()
     cache: CacheSettings = CacheSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
+    reindex: ReindexSettings = ReindexSettings()
     redaction: RedactionSettings = RedactionSettings()
     auth: AuthSettings = AuthSettings()
     celery: CelerySettings = CelerySettings()

@@ -15,6 +15,13 @@ BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "flush-access": {"task": "memory.flush_access", "schedule": 30.0, "options": {"queue": "memory.maintenance"}},
     "evict": {"task": "memory.evict", "schedule": 120.0, "options": {"queue": "memory.maintenance"}},
     "optimize": {"task": "memory.optimize", "schedule": 600.0, "options": {"queue": "memory.maintenance"}},
+    # Resumes a reindex whose batches stopped (a killed worker's part, a lost message); nothing when none runs.
+    "reindex-kick": {
+        "task": "memory.reindex",
+        "schedule": 30.0,
+        "kwargs": {"request": {"action": "kick"}},
+        "options": {"queue": "memory.read"},
+    },
     "compaction-sweep": {
         "task": "memory.compaction_sweep",
         "schedule": 300.0,

@@ -11,6 +11,7 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import redis
@@ -20,22 +21,26 @@ from memory_core.core.auth import TokenMap
 from memory_core.core.coordination import Coordinator
 from memory_core.core.dispatch import Dispatcher, open_redis
 from memory_core.core.keys import Keys
+from memory_core.core.locks import RedisLock
 from memory_core.core.messages import AddReply
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.tokens import default_counter
 from memory_core.engine.batching import AddBatcher
 from memory_core.engine.compaction import CompactionTrigger, Compactor, open_summarizer
-from memory_core.engine.embedders import open_embedder
+from memory_core.engine.embedders import Embedder, open_embedder
 from memory_core.engine.embedders.cache import EmbeddingCache
+from memory_core.engine.embedders.metering import EmbeddingMeter
 from memory_core.engine.erasure import Eraser
 from memory_core.engine.maintenance import Maintenance
 from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.recall import Recaller
 from memory_core.engine.redaction import Redactor
+from memory_core.engine.reindex import Reindexer, mirroring
+from memory_core.engine.rerankers import open_reranker
 from memory_core.engine.service import MemoryService
 from memory_core.engine.session.entities import EntityExtractor, OfflineEntityExtractor
 from memory_core.engine.session.service import SessionService
-from memory_core.engine.stores import open_store
+from memory_core.engine.stores import VectorStore, collection_name, open_store
 from memory_core.engine.transfer import Transfer
 
 logger = logging.getLogger(__name__)
@@ -59,6 +64,7 @@ class Services:
     batcher: AddBatcher | None
     tokens: TokenMap | None
     transfer: Transfer
+    reindexer: Reindexer
 
     def add(self, request: dict[str, Any]) -> AddReply:
         """An add, through the micro-batcher when batching is on."""
@@ -69,6 +75,8 @@ class Services:
         if self.batcher is not None:
             self.batcher.close()
         self.memory.store.close()
+        if self.memory.reranker is not None:
+            self.memory.reranker.close()
         self.dispatcher.close()
 
 
@@ -160,11 +168,23 @@ def _build(base: Basics) -> Services:
     settings, keys, redis_client, tokens = base.settings, base.keys, base.redis, base.tokens
     # Tasks the worker enqueues itself (compactions) carry a token that grants their namespace.
     dispatcher = Dispatcher(settings, redis_client, keys, token_for=tokens.token_for if tokens else None)
-    embedder = open_embedder(settings.embedder)
+    # A remote embedder's tokens go to the usage ledger: the asking namespaces', a reindex's to the operator's.
+    meter = EmbeddingMeter(redis_client, keys)
+    embedder = open_embedder(settings.embedder, on_usage=meter.record)
+    reranker = open_reranker(settings)  # before the store: a reranker that cannot load leaves no lock behind
     # Refuses a store that holds another embedder's vectors (ConfigurationError: the preflight's one line).
-    store = open_store(
-        settings.qdrant, model_name=embedder.model_name, dimension=embedder.dimension, fingerprint=embedder.fingerprint
+    served = _open_store(settings, redis_client, keys, embedder)
+    reindexer = Reindexer(
+        store=served,
+        embedder=embedder,
+        embedder_settings=settings.embedder,
+        settings=settings.reindex,
+        redis_client=redis_client,
+        keys=keys,
+        collection_for=lambda model: collection_name(settings.qdrant, model),
+        open_target_embedder=partial(open_embedder, on_usage=meter.record_operator),
     )
+    store = mirroring(served, reindexer)  # writes reach a running reindex's new collection too
     try:
         summarizer = open_summarizer(settings, embedder)
     except BaseException:
@@ -201,6 +221,8 @@ def _build(base: Basics) -> Services:
         )
         if settings.quotas.active
         else None,
+        reranker=reranker,
+        rerank_candidates=settings.rerank.candidates,
     )
     return Services(
         settings=settings,
@@ -237,7 +259,28 @@ def _build(base: Basics) -> Services:
         batcher=_batcher(memory, settings),
         tokens=tokens,
         transfer=Transfer(memory, settings.stack.backup_dir),
+        reindexer=reindexer,
     )
+
+
+def _open_store(settings: Settings, redis_client: redis.Redis, keys: Keys, embedder: Embedder) -> VectorStore:
+    """Opens the store; on a Qdrant server, one worker at a time, so two workers never migrate one store's
+    layout (or switch it to a reindexed collection) at once. The embedded engine has one owner anyway."""
+
+    def opened() -> VectorStore:
+        return open_store(
+            settings.qdrant,
+            model_name=embedder.model_name,
+            dimension=embedder.dimension,
+            fingerprint=embedder.fingerprint,
+        )
+
+    if settings.qdrant.backend != "server":
+        return opened()
+    with RedisLock(redis_client, keys.sweep_lock("store-open"), settings.reindex.lock_ttl).kept(
+        waiting="another worker is opening the store (a layout migration or a reindex switch may take minutes)"
+    ):
+        return opened()
 
 
 def _entity_extractor(settings: Settings) -> EntityExtractor:

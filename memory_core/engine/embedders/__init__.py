@@ -11,48 +11,52 @@ from collections.abc import Callable, Mapping
 
 from memory_core.core.errors import ConfigurationError
 from memory_core.core.settings import EmbedderSettings
-from memory_core.engine.embedders.base import Embedder, EmbedderFingerprint
+from memory_core.engine.embedders.base import Embedder, EmbedderFingerprint, UsageHook
 
 __all__ = ["Embedder", "EmbedderFingerprint", "open_embedder", "pre_fingerprint_models"]
 
 
-def _minilm(settings: EmbedderSettings, _: str) -> Embedder:
+def _minilm(settings: EmbedderSettings, _: str, __: UsageHook | None) -> Embedder:
     from memory_core.engine.embedders.minilm import MiniLMEmbedder
 
     return MiniLMEmbedder(threads=settings.threads, batch_size=settings.batch_size, max_tokens=settings.max_tokens)
 
 
-def _hashing(_settings: EmbedderSettings, _: str) -> Embedder:
+def _hashing(settings: EmbedderSettings, _: str, __: UsageHook | None) -> Embedder:
     from memory_core.engine.embedders.hashing import HashingEmbedder
 
-    return HashingEmbedder()
+    return HashingEmbedder(settings.dimensions or 384)
 
 
-def _fastembed(settings: EmbedderSettings, name: str) -> Embedder:
+def _fastembed(settings: EmbedderSettings, name: str, _: UsageHook | None) -> Embedder:
     from memory_core.engine.embedders.fastembed import FastEmbedEmbedder
 
     return FastEmbedEmbedder(settings, name=name)
 
 
-def _openai(settings: EmbedderSettings, model: str) -> Embedder:
+def _openai(settings: EmbedderSettings, model: str, on_usage: UsageHook | None) -> Embedder:
     from memory_core.engine.embedders.openai import OpenAIEmbedder
 
-    return OpenAIEmbedder(settings, model=model)
+    return OpenAIEmbedder(settings, model=model, on_usage=on_usage)
 
 
-_PROVIDERS: Mapping[str, Callable[[EmbedderSettings, str], Embedder]] = {
+_PROVIDERS: Mapping[str, Callable[[EmbedderSettings, str, UsageHook | None], Embedder]] = {
     "all-MiniLM-L6-v2": _minilm,
     "hashing": _hashing,
     "fastembed": _fastembed,
     "openai": _openai,
 }
 """Builders by the spec's prefix (the part before ``:``, or the whole spec for the fixed ones); each gets the
-settings and the rest of the spec (the model's name, ``""`` for fixed ones). Imports are lazy: a provider's
-library is loaded only by a worker that chose it."""
+settings, the rest of the spec (the model's name, ``""`` for fixed ones) and the usage hook, which only
+embedders paid per token take. Imports are lazy: a provider's library is loaded only by a worker that chose it."""
 
 
-def open_embedder(settings: EmbedderSettings) -> Embedder:
-    """Builds the configured embedder. Called once per worker process, after fork."""
+def open_embedder(settings: EmbedderSettings, *, on_usage: UsageHook | None = None) -> Embedder:
+    """Builds the configured embedder. Called once per worker process, after fork.
+
+    ``on_usage``: called with each endpoint request's tokens by a remote embedder (``openai:``); local models
+    cost nothing per token and never call it (``metering``).
+    """
     prefix, _, name = settings.model.partition(":")
     build = _PROVIDERS.get(prefix)
     if build is None:  # the setting's pattern keeps this out; a spec built in code might not
@@ -60,7 +64,7 @@ def open_embedder(settings: EmbedderSettings) -> Embedder:
             f"MEMORY_EMBEDDER__MODEL={settings.model!r} names no embedder; expected all-MiniLM-L6-v2, hashing, "
             "fastembed:<name> or openai:<model>"
         )
-    return build(settings, name)
+    return build(settings, name, on_usage)
 
 
 def pre_fingerprint_models() -> dict[str, Callable[[], EmbedderFingerprint]]:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from typing import Literal, Protocol
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memory_core.core.metrics import EMBED_SECONDS, EMBEDDED_TEXTS, timed
 from memory_core.core.tracing import tracer
+
+T = TypeVar("T")
 
 
 class EmbedderFingerprint(BaseModel):
@@ -58,6 +61,11 @@ SPEC_OF_PROVIDER = {"minilm": "all-MiniLM-L6-v2", "hashing": "hashing"}
 """Providers whose setting is one fixed word; every other provider is ``<provider>:<model>``."""
 
 
+UsageHook = Callable[[str, int, int], None]
+"""Called by an embedder paid per token after each answered request, with (model name, tokens the endpoint
+reports it used, texts sent); ``metering.EmbeddingMeter.record`` writes them to the usage ledger."""
+
+
 class Embedder(Protocol):
     """Turns texts into unit-length vectors; cosine similarity between them means relatedness."""
 
@@ -83,6 +91,40 @@ class Embedder(Protocol):
     def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
         """One vector per search query, in order (models with a query prefix add it; others equal ``embed``)."""
         ...
+
+
+TYPICAL_TOKENS = 32
+"""Tokens of a typical stored text (a LoCoMo chat turn: 31, the median): ``batch_size`` times this is the padded
+tokens a local model runs at once (``length_batches``), so a batch holds many short texts or a few long ones.
+Measured with MiniLM on chat turns: 512 to 2,048 padded tokens a batch run alike on one thread, two threads
+gain a little up to 1,024, and past 2,048 both slow down."""
+
+
+def length_batches(lengths: Sequence[int], max_padded_tokens: int) -> list[list[int]]:
+    """Positions of texts (``lengths`` in tokens) grouped shortest first into batches of similar length, each
+    at most ``max_padded_tokens`` once padded to its longest text (one text longer than that: alone).
+
+    A local model pads every text of a batch to the batch's longest, and the padding costs as much as text:
+    batches cut in arrival order spend most of their work on it when lengths vary, as chat turns do. The
+    caller runs the batches and puts each vector back at its text's position (``in_order``)."""
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for position in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batch and (len(batch) + 1) * lengths[position] > max_padded_tokens:
+            batches.append(batch)
+            batch = []
+        batch.append(position)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def in_order(batches: Sequence[Sequence[int]], results: Sequence[Sequence[T]]) -> list[T]:
+    """The results of ``length_batches``'s batches (one sequence per batch, in its order), each at its text's
+    position."""
+    positions = [position for batch in batches for position in batch]
+    flat = [result for batch_results in results for result in batch_results]
+    return [result for _, result in sorted(zip(positions, flat, strict=True), key=itemgetter(0))]
 
 
 def embed_timed(embedder: Embedder, texts: list[str], *, queries: bool = False) -> list[list[float]]:

@@ -12,7 +12,6 @@ import functools
 import hashlib
 import importlib.util
 import logging
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.core.errors import EmbedderError
-from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.embedders.base import TYPICAL_TOKENS, EmbedderFingerprint, in_order, length_batches
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +62,12 @@ def minilm_fingerprint() -> EmbedderFingerprint:
 
 
 class MiniLMEmbedder:
-    """Batch embedding with one onnxruntime session; ``threads`` intra-op threads (1 is best on a busy box)."""
+    """Batch embedding with one onnxruntime session; ``threads`` intra-op threads (1 is best on a busy box).
+
+    A call's texts are tokenized once, then run in batches of similar length (``length_batches``) of at most
+    ``batch_size`` x ``TYPICAL_TOKENS`` padded tokens; vectors come back in the caller's order, and equal
+    those of one text at a time (the attention mask hides the padding).
+    """
 
     def __init__(self, *, threads: int = 1, batch_size: int = 32, max_tokens: int = 256) -> None:
         import onnxruntime as ort
@@ -81,11 +85,11 @@ class MiniLMEmbedder:
         options.inter_op_num_threads = 1
         self._session: Any = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
         self._tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        # Set once, here: the worker's threads then share the tokenizer read-only. The file pads every text to
+        # 128 tokens; padding is done per batch below instead, to each batch's longest text.
         self._tokenizer.enable_truncation(max_length=max_tokens)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
-        # The tokenizer object keeps padding state; guard it for the worker's thread pool.
-        self._lock = threading.Lock()
-        self._batch_size = batch_size
+        self._tokenizer.no_padding()
+        self._max_padded_tokens = batch_size * TYPICAL_TOKENS
 
     @property
     def model_name(self) -> str:
@@ -103,23 +107,26 @@ class MiniLMEmbedder:
         return self.embed(texts)  # the model takes queries and documents alike (no prefixes)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), self._batch_size):
-            vectors.extend(self._batch(texts[start : start + self._batch_size]))
-        return vectors
+        if not texts:
+            return []
+        tokens = [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
+        batches = length_batches([len(ids) for ids in tokens], self._max_padded_tokens)
+        return in_order(batches, [self._batch([tokens[position] for position in batch]) for batch in batches])
 
-    def _batch(self, texts: Sequence[str]) -> list[list[float]]:
-        with self._lock:
-            encodings = self._tokenizer.encode_batch(list(texts))
-        ids = np.array([e.ids for e in encodings], dtype=np.int64)
-        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    def _batch(self, tokens: list[list[int]]) -> list[list[float]]:
+        longest = max(len(ids) for ids in tokens)
+        ids = np.zeros((len(tokens), longest), dtype=np.int64)  # 0 is [PAD]
+        mask = np.zeros_like(ids)
+        for row, text_ids in enumerate(tokens):
+            ids[row, : len(text_ids)] = text_ids
+            mask[row, : len(text_ids)] = 1
         try:
             (hidden,) = self._session.run(
                 ["last_hidden_state"],
                 {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)},
             )
         except Exception as exc:  # onnxruntime raises its own untyped errors
-            raise EmbedderError(f"embedding a batch of {len(texts)} texts failed: {exc}") from exc
+            raise EmbedderError(f"embedding a batch of {len(tokens)} texts failed: {exc}") from exc
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)

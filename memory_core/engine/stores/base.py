@@ -178,33 +178,6 @@ def with_context(
     return paired
 
 
-def migrated_vectors(
-    points: Sequence[tuple[Any, dict[str, Any], list[float] | None]],
-    windows: Mapping[tuple[str, str, str], int] | None = None,
-) -> list[tuple[Any, dict[str, Any], list[float] | None, dict[str, SparseVector]]]:
-    """Points of an earlier layout ``(id, payload, dense)`` with their BM25 vectors made anew.
-
-    Each set's points are taken in ``seq`` order, and each item's context is the ``windows`` items before
-    it (its set's ``context_window``; 2, the default, for a set not in ``windows``). Tombstones (no dense
-    vector) pass through without vectors, so a delete still outranks a late write after the migration.
-    """
-    by_scope: dict[tuple[str, str, str], list[tuple[Any, dict[str, Any], list[float]]]] = {}
-    migrated: list[tuple[Any, dict[str, Any], list[float] | None, dict[str, SparseVector]]] = []
-    for pid, payload, dense in points:
-        if dense is None or is_tombstone(payload):
-            migrated.append((pid, payload, None, {}))
-            continue
-        by_scope.setdefault((payload["namespace"], payload["key"], payload["set"]), []).append((pid, payload, dense))
-    for scope, scoped in by_scope.items():
-        window = (windows or {}).get(scope, 2)
-        scoped.sort(key=lambda p: p[1]["seq"])
-        texts = [item_text(p[1]["value"]) for p in scoped]
-        for i, (pid, payload, dense) in enumerate(scoped):
-            previous = texts[max(0, i - window) : i] if window else []
-            migrated.append((pid, payload, dense, LEXICAL.item_vectors(texts[i], previous)))
-    return migrated
-
-
 PREVIOUS_MARGIN = 4096
 """Nanoseconds added to a ``seq < x`` range filter: seq values (~1.7e18) are beyond float precision, so
 adapters filter loosely on the engine and exactly in Python (qdrant-edge 0.9.0's ``order_by`` with
@@ -579,3 +552,101 @@ class VectorStore(Protocol):
     def close(self) -> None:
         """Releases files, locks and connections."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class RawPoint:
+    """A stored point as a reindex copies it: its id, its payload and its BM25 vectors (which depend on no
+    embedding model, so they are copied as they are; only the dense vector is made anew)."""
+
+    id: str
+    payload: dict[str, Any]
+    sparse: dict[str, SparseVector]
+
+    @property
+    def tombstone(self) -> bool:
+        return is_tombstone(self.payload)
+
+
+def scanned_page(
+    records: Iterable[tuple[object, Mapping[str, Any] | None, object]], offset: object | None, stop: str | None
+) -> tuple[list[RawPoint], str | None]:
+    """A page of an engine's scroll as ``Reindexable.scan`` returns it: records ``(id, payload, vectors)`` below
+    ``stop`` as ``RawPoint`` (their BM25 vectors read from the engine's sparse type, which has ``indices`` and
+    ``values``), and the id the next page starts at, None past ``stop`` or at the end."""
+    points = [
+        RawPoint(
+            str(pid),
+            dict(payload),
+            {
+                name: SparseVector(tuple(vector.indices), tuple(vector.values))
+                for name, vector in (vectors.items() if isinstance(vectors, dict) else ())
+                if name in SPARSE_NAMES and hasattr(vector, "indices")
+            },
+        )
+        for pid, payload, vectors in records
+        if payload is not None and (stop is None or str(pid) < stop)
+    ]
+    following = None if offset is None else str(offset)
+    return points, None if following is None or (stop is not None and following >= stop) else following
+
+
+def copies_by_kind(
+    points: Sequence[tuple[RawPoint, Sequence[float] | None]],
+) -> Iterator[tuple[bool, list[tuple[RawPoint, Sequence[float] | None]]]]:
+    """Copied points split for ``copy_in``: items (written as upserts), then tombstones (written as deletes)."""
+    for deleting in (False, True):
+        batch = [(point, dense) for point, dense in points if point.tombstone == deleting]
+        if batch:
+            yield deleting, batch
+
+
+class Reindexable(Protocol):
+    """What a reindex needs of a store beyond ``VectorStore`` (both Qdrant adapters have it): named records
+    in the metadata collection, a second items collection beside the open one, and copies of points in
+    point-id order that keep the monotonic rules (``due``)."""
+
+    @property
+    def collection(self) -> str:
+        """The name of the items collection this store reads and writes."""
+        ...
+
+    def read_record(self, name: str) -> dict[str, Any] | None:
+        """The metadata record ``name`` (``fingerprints.record_point``), or None."""
+        ...
+
+    def write_record(self, name: str, payload: Mapping[str, Any]) -> None:
+        """Replaces the metadata record ``name``, durably."""
+        ...
+
+    def open_sibling(self, collection: str, dimension: int) -> ReindexableStore:
+        """Another items collection (and its set registry) of the same store, created if missing, with vectors
+        of ``dimension``: it shares this store's files or connection, checks no fingerprint and migrates no
+        earlier layout. Closing it releases only what it opened."""
+        ...
+
+    def drop_collection(self, collection: str) -> bool:
+        """Deletes an items collection of the store and its set registry (never the open one); False if absent."""
+        ...
+
+    def scan(self, start: str, stop: str | None, limit: int) -> tuple[list[RawPoint], str | None]:
+        """Up to ``limit`` points (tombstones too) with ids from ``start`` (inclusive) below ``stop``, in
+        point-id order, and the id to start the next page at (None: nothing more below ``stop``)."""
+        ...
+
+    def versions(self, ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        """Point id -> ``(seq, is_tombstone)`` of the points stored under these ids (absent: none)."""
+        ...
+
+    def copy_in(self, points: Sequence[tuple[RawPoint, Sequence[float] | None]]) -> int:
+        """Writes copied points, each with its new dense vector (None for a tombstone), only over older ones
+        (an item over an older point; a tombstone as a delete would). Returns how many were written."""
+        ...
+
+    def point_count(self) -> int:
+        """Points in the items collection, tombstones included (exact)."""
+        ...
+
+
+class ReindexableStore(VectorStore, Reindexable, Protocol):
+    """A ``VectorStore`` a reindex can run on."""

@@ -11,12 +11,13 @@ run concurrently.
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import qdrant_edge as qe
 
@@ -37,17 +38,18 @@ from memory_core.engine.stores.base import (
     TIE_BREAK,
     TOMBSTONE_TTL,
     ItemRecord,
+    RawPoint,
     SparseVector,
-    context_windows,
+    copies_by_kind,
     due,
     from_payload,
     in_scope,
     is_visible,
-    migrated_vectors,
     newest_records,
     oldest_by_hash,
     point_id,
     previous_texts,
+    scanned_page,
     set_from_payload,
     set_point_id,
     set_to_payload,
@@ -57,16 +59,20 @@ from memory_core.engine.stores.base import (
     with_context,
 )
 from memory_core.engine.stores.fingerprints import (
-    FINGERPRINT_POINT,
+    FINGERPRINT_RECORD,
     META_SUFFIX,
     fingerprint_from_payload,
     fingerprint_payload,
+    record_point,
     settle_fingerprint,
 )
+from memory_core.engine.stores.migration import KEY_FIELDS, layout_source, migrate_spilled, spill_layout
 
 logger = logging.getLogger(__name__)
 
 DENSE = "dense"
+SPILL_SUFFIX = "__migration.spill"
+"""The file beside the shards that a layout migration reads the old shard into (``stores.migration``)."""
 _SCROLL_PAGE = 1_000
 _TRANSIENT_MARKERS = ("WouldBlock", "timed out", "Timeout", "temporarily")
 
@@ -177,6 +183,47 @@ def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
         return qe.EdgeShard.create(str(path), config)
 
 
+class _EarlierShard:
+    """The items shard of an earlier layout, read by a migration (``stores.migration.EarlierLayout``)."""
+
+    def __init__(self, path: Path, dimension: int) -> None:
+        self._path = path
+        # A shard of an earlier layout loads with the configuration it was made with; this one is for an empty directory.
+        config = qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
+        self._shard = _open_shard(path, config)
+
+    @property
+    def name(self) -> str:
+        return self._path.name
+
+    def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        offset: Any = None
+        while True:
+            request = qe.ScrollRequest(
+                offset=offset, limit=_SCROLL_PAGE, with_payload=list(KEY_FIELDS), with_vector=False
+            )
+            with _translated("migration scroll"):
+                records, offset = self._shard.scroll(request)
+            yield from ((str(r.id), r.payload) for r in records if r.payload is not None)
+            if offset is None:
+                return
+
+    def points(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], list[float] | None]]:
+        with _translated("migration read"):
+            records = self._shard.retrieve(list(ids), with_payload=True, with_vector=[DENSE])
+        found: dict[str, tuple[dict[str, Any], list[float] | None]] = {}
+        for r in records:
+            payload, vectors = r.payload, r.vector  # each read of these converts the engine's record anew
+            dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
+            if payload is not None:
+                found[str(r.id)] = (dict(payload), cast(list[float], dense) if isinstance(dense, list) else None)
+        return found
+
+    def close(self) -> None:
+        with _translated("close"):
+            self._shard.close()
+
+
 class EdgeVectorStore:
     """Items and set definitions in embedded Qdrant Edge shards under ``path``."""
 
@@ -202,33 +249,98 @@ class EdgeVectorStore:
         self._collection = collection
         self._tombstone_ttl = tombstone_ttl
         self._write_lock = threading.Lock()
-        self._owner = StoreOwner(path)  # first: a second opener is told who holds the store, by name
+        owner = StoreOwner(path)  # first: a second opener is told who holds the store, by name
+        self._owner: StoreOwner | None = owner
         self._meta: qe.EdgeShard | None = None
         try:
             self._meta_dir = path / (meta or f"{collection}{META_SUFFIX}")
             self._meta = _open_shard(self._meta_dir, _registry_config())
-            settle_fingerprint(self, fingerprint, legacy or {})
-            self._open(path, collection, dimension, earlier)
+            # A reindexed store's items may live in a collection other than the model's default name.
+            self._collection = settle_fingerprint(self, fingerprint, legacy or {}) or collection
+            self._open(path, self._collection, dimension, earlier)
         except BaseException:
             if self._meta is not None:
                 self._meta.close()
-            self._owner.release()
+            owner.release()
             raise
+
+    @property
+    def collection(self) -> str:
+        return self._collection
+
+    def open_sibling(self, collection: str, dimension: int) -> EdgeVectorStore:
+        if collection == self._collection:
+            raise StoreError(f"collection {collection!r} is the one this store has open")
+        # This process already owns the directory; the sibling opens only its own two shards.
+        sibling = EdgeVectorStore.__new__(EdgeVectorStore)
+        sibling._path, sibling._collection, sibling._tombstone_ttl = self._path, collection, self._tombstone_ttl
+        sibling._write_lock, sibling._owner, sibling._meta = threading.Lock(), None, None
+        sibling._meta_dir = self._meta_dir
+        sibling._open(self._path, collection, dimension, ())
+        return sibling
+
+    def drop_collection(self, collection: str) -> bool:
+        if collection == self._collection:
+            raise StoreError(f"collection {collection!r} is the one this store has open; it cannot be dropped")
+        found = False
+        for name in (collection, f"{collection}__sets"):
+            if (self._path / name).is_dir():
+                shutil.rmtree(self._path / name)
+                found = True
+        return found
+
+    def read_record(self, name: str) -> dict[str, Any] | None:
+        with _translated("record read"):
+            records = self._shard_meta().retrieve([record_point(name)], with_payload=True, with_vector=False)
+        return dict(records[0].payload) if records and records[0].payload else None
+
+    def write_record(self, name: str, payload: Mapping[str, Any]) -> None:
+        point = qe.Point(record_point(name), {DENSE: [1.0]}, dict(payload))
+        self._update(self._shard_meta(), qe.UpdateOperation.upsert_points([point]), "record write")
+        with self._write_lock, _translated("record flush"):
+            self._shard_meta().flush()  # a record the next open must find, whatever happens to this process
+
+    def scan(self, start: str, stop: str | None, limit: int) -> tuple[list[RawPoint], str | None]:
+        request = qe.ScrollRequest(offset=start, limit=limit, with_payload=True, with_vector=list(SPARSE_NAMES))
+        with _translated("scan"):
+            records, offset = self._items.scroll(request)
+        return scanned_page(((r.id, r.payload, r.vector) for r in records), offset, stop)
+
+    def versions(self, ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        with _translated("retrieve"):
+            held = self._items.retrieve(list(ids), with_payload=["seq", "tombstone"], with_vector=False)
+        return {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
+
+    def copy_in(self, points: Sequence[tuple[RawPoint, Sequence[float] | None]]) -> int:
+        written = 0
+        for deleting, batch in copies_by_kind(points):
+            vectors = {
+                point.id: {} if dense is None else {DENSE: list(map(float, dense)), **self._sparse_of(point)}
+                for point, dense in batch
+            }
+            written += self._write_newer(
+                {p.id: (int(p.payload["seq"]), qe.Point(p.id, vectors[p.id], p.payload)) for p, _ in batch},
+                deleting=deleting,
+            )
+        return written
+
+    @staticmethod
+    def _sparse_of(point: RawPoint) -> dict[str, Any]:
+        return {name: _sparse(vector) for name, vector in point.sparse.items()}
+
+    def point_count(self) -> int:
+        with _translated("count"):
+            return int(self._items.count(qe.CountRequest(exact=True)))
 
     def holds_collection(self, name: str) -> bool:
         """Whether the store's directory holds a shard of this name with data."""
         return _holds_data(self._path / name)
 
     def recorded_fingerprint(self) -> EmbedderFingerprint | None:
-        with _translated("fingerprint read"):
-            records = self._shard_meta().retrieve([FINGERPRINT_POINT], with_payload=True, with_vector=False)
-        return fingerprint_from_payload(records[0].payload if records else None, str(self._meta_dir))
+        return fingerprint_from_payload(self.read_record(FINGERPRINT_RECORD), str(self._meta_dir))
 
     def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
-        point = qe.Point(FINGERPRINT_POINT, {DENSE: [1.0]}, fingerprint_payload(fingerprint, self._collection))
-        self._update(self._shard_meta(), qe.UpdateOperation.upsert_points([point]), "fingerprint write")
-        with self._write_lock, _translated("fingerprint flush"):
-            self._shard_meta().flush()  # a record the next open must find, whatever happens to this process
+        self.write_record(FINGERPRINT_RECORD, fingerprint_payload(fingerprint, self._collection))
 
     def _shard_meta(self) -> qe.EdgeShard:
         if self._meta is None:
@@ -238,13 +350,22 @@ class EdgeVectorStore:
     def _open(self, path: Path, collection: str, dimension: int, earlier: Sequence[str]) -> None:
         fresh = not (path / collection).is_dir() or not any((path / collection).iterdir())
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
+        # Decided (and recorded) before the shards are created: a kill right after still resumes the migration.
+        source = layout_source(self, collection, earlier, fresh=fresh) if earlier else None
         self._items = _open_shard(path / collection, _items_config(dimension))
         self._sets = _open_shard(path / f"{collection}__sets", _registry_config())
         for shard in (self._items, self._sets):
             self._index(shard)
-        source = next((path / name for name in earlier if _holds_data(path / name)), None) if fresh else None
-        if source is not None:
+        if source is None:
+            if earlier:  # a migration completed: its spill file goes, if a kill left it behind
+                self._spill_path().unlink(missing_ok=True)
+            return
+        try:
             self._migrate(source, dimension)
+        except BaseException:
+            for shard in (self._items, self._sets):  # the next open resumes; it must find them unlocked
+                shard.close()
+            raise
 
     def _index(self, shard: qe.EdgeShard) -> None:
         existing = shard.info().payload_schema
@@ -259,12 +380,14 @@ class EdgeVectorStore:
                     schema = qe.PayloadSchemaType.Integer if integer else qe.PayloadSchemaType.Float
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
 
-    def _migrate(self, source: Path, dimension: int) -> None:
-        """Copies a store of an earlier layout into this one, its BM25 vectors made anew from the stored texts.
+    def _migrate(self, source: str, dimension: int) -> None:
+        """Fills this store from the shards of an earlier layout (``stores.migration``), or finishes doing so.
 
-        The old shards stay where they are (a backup) and are never opened again once this one holds data.
+        The old shard is read into a spill file and closed before the copy, so the process never holds both
+        shards. The old shards stay where they are (a backup) and are never opened again once the migration
+        completes.
         """
-        registry = source.parent / f"{source.name}__sets"
+        registry = self._path / f"{source}__sets"
         definitions: list[dict[str, Any]] = []
         if registry.is_dir():
             old_sets = _open_shard(registry, _registry_config())
@@ -272,42 +395,24 @@ class EdgeVectorStore:
                 definitions = list(self._scroll(old_sets, None))
             finally:
                 old_sets.close()
-        # A shard of an earlier layout loads with the configuration it was made with; this one is for an empty directory.
-        old_config = qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
-        old_items = _open_shard(source, old_config)
-        try:
-            old_points: list[tuple[Any, dict[str, Any], list[float] | None]] = []
-            offset: Any = None
-            while True:
-                request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, with_payload=True, with_vector=True)
-                with _translated("migration scroll"):
-                    records, offset = old_items.scroll(request)
-                for r in records:
-                    dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
-                    if r.payload is not None:
-                        vector = [float(x) for x in dense] if isinstance(dense, list) else None  # type: ignore[arg-type]  # a dense vector is a list of floats
-                        old_points.append((r.id, r.payload, vector))
-                if offset is None:
-                    break
-            batch = [
-                qe.Point(
-                    pid, {} if dense is None else {DENSE: dense, **{n: _sparse(v) for n, v in sparse.items()}}, payload
-                )
-                for pid, payload, dense, sparse in migrated_vectors(old_points, context_windows(definitions))
-            ]
-            for start in range(0, len(batch), _SCROLL_PAGE):
-                chunk = qe.UpdateOperation.upsert_points(batch[start : start + _SCROLL_PAGE])
-                self._update(self._items, chunk, "migration")
-        finally:
-            old_items.close()
-        for payload in definitions:
-            self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
+        spill = self._spill_path()
+        if not spill.is_file():  # else a killed migration's: the same points in the same order
+            old_items = _EarlierShard(self._path / source, dimension)
+            try:
+                spill_layout(old_items, spill)
+            finally:
+                old_items.close()
+        total = migrate_spilled(spill, source, self, self._collection, definitions)
+        spill.unlink()
         logger.warning(
             "migrated %d items from %s to the current layout at %s; the old directory is kept as a backup",
-            len(batch),
-            source,
+            total,
+            self._path / source,
             self._path,
         )
+
+    def _spill_path(self) -> Path:
+        return self._path / f"{self._collection}{SPILL_SUFFIX}"
 
     @staticmethod
     def _sparse_for(text: str, previous: list[str]) -> dict[str, Any]:
@@ -339,7 +444,7 @@ class EdgeVectorStore:
         }
         self._write_newer(points, deleting=False)
 
-    def _write_newer(self, points: Mapping[str, tuple[int, qe.Point]], *, deleting: bool) -> None:
+    def _write_newer(self, points: Mapping[str, tuple[int, qe.Point]], *, deleting: bool) -> int:
         """Writes the points (point id -> its write's seq and point) over whatever is stored older (``due``).
 
         This process owns the shard and every write holds the lock, so reading what is stored and writing
@@ -351,6 +456,7 @@ class EdgeVectorStore:
             wanted = due(stored, {pid: seq for pid, (seq, _) in points.items()}, deleting=deleting)
             if wanted:
                 self._items.update(qe.UpdateOperation.upsert_points([points[pid][1] for pid in wanted]))
+            return len(wanted)
 
     def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
         """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
@@ -600,4 +706,5 @@ class EdgeVectorStore:
                         shard.close()
             finally:
                 self._meta = None
-                self._owner.release()
+                if self._owner is not None:  # a sibling shares its parent's ownership
+                    self._owner.release()

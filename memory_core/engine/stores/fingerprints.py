@@ -29,8 +29,19 @@ META_SUFFIX = "__meta"
 """The metadata collection of a store is named ``<prefix>__meta`` (``<collection>__meta`` for a store opened
 alone); a model's slug never holds ``__``, so no items collection is ever named so."""
 
-FINGERPRINT_POINT = str(uuid.uuid5(uuid.UUID("0d6f3e0a-5b8e-4f0c-9a57-1f2e8c4b7d21"), "embedder fingerprint"))
-"""The reserved point id of the fingerprint record in the metadata collection (fixed forever)."""
+_RECORDS = uuid.UUID("0d6f3e0a-5b8e-4f0c-9a57-1f2e8c4b7d21")  # fixed forever: record names map to point ids
+
+
+def record_point(name: str) -> str:
+    """The reserved point id of the metadata record ``name`` (fixed forever for a name)."""
+    return str(uuid.uuid5(_RECORDS, name))
+
+
+FINGERPRINT_RECORD = "embedder fingerprint"
+FINGERPRINT_POINT = record_point(FINGERPRINT_RECORD)
+"""The reserved point id of the fingerprint record in the metadata collection."""
+REINDEX_RECORD = "reindex"
+"""The record of the store's reindex, if one was started (``memory_core.engine.reindex``)."""
 
 
 class FingerprintRecording(Protocol):
@@ -44,6 +55,10 @@ class FingerprintRecording(Protocol):
     def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None: ...
 
     def holds_collection(self, name: str) -> bool: ...
+
+    def read_record(self, name: str) -> dict[str, Any] | None: ...
+
+    def write_record(self, name: str, payload: Mapping[str, Any]) -> None: ...
 
 
 def fingerprint_payload(fingerprint: EmbedderFingerprint, collection: str) -> dict[str, Any]:
@@ -71,7 +86,7 @@ def mismatch_message(recorded: EmbedderFingerprint, wanted: EmbedderFingerprint,
         f"the store at {location} holds vectors of {recorded.describe()}, but this worker's embedder is "
         f"{wanted.describe()}, whose vectors cannot be compared with them; set MEMORY_EMBEDDER__MODEL back to "
         f"{recorded.spec!r}, or re-embed the store with `memory-core reindex --to {wanted.spec}` "
-        "(coming in a later release)"
+        "(run by workers that keep the current setting)"
     )
 
 
@@ -79,27 +94,72 @@ def settle_fingerprint(
     store: FingerprintRecording,
     wanted: EmbedderFingerprint | None,
     legacy: Mapping[str, Callable[[], EmbedderFingerprint]],
-) -> None:
-    """Records a fingerprint in a store that has none, then refuses an embedder that differs from it.
+) -> str | None:
+    """Records a fingerprint in a store that has none, switches to a completed reindex, then refuses an
+    embedder that differs from what the store holds. Returns the items collection to open when the record
+    names one (a reindexed store's collection is not always the model's default name), else None.
 
     Called by an adapter before it opens or creates its items collection, so a refused worker leaves
     nothing behind. ``wanted``: the fingerprint of the worker's embedder (None: no check, as in the
     contract tests). ``legacy``: collection name -> the fingerprint of what filled it before fingerprints
     were recorded, in order of precedence; the first collection found decides.
 
+    A worker started with the target embedder of a reindex that completed makes the switch: the record
+    names the new fingerprint and collection in one write, so every later open agrees.
+
     Raises:
-        ConfigurationError: the store holds vectors of another embedder (one line naming both).
+        ConfigurationError: the store holds vectors of another embedder (one line naming both), or a reindex
+            to this worker's embedder has not completed yet.
     """
     recorded = store.recorded_fingerprint()
     if recorded is None:
         filled_by = next((fingerprint for name, fingerprint in legacy.items() if store.holds_collection(name)), None)
         first = filled_by() if filled_by is not None else wanted
         if first is None:
-            return
-        store.record_fingerprint(first)
+            return None
+        if filled_by is None:
+            store.record_fingerprint(first)  # a new store: its items go in this embedder's collection
+        else:
+            # Filled by another model than this worker's: its collection is that model's default name (which
+            # the opener does not know here), so the record names none.
+            store.write_record(FINGERPRINT_RECORD, fingerprint_payload(first, ""))
         # Read back: on a server another worker may have recorded its own at the same moment; the last wins.
         recorded = store.recorded_fingerprint()
         if filled_by is not None:
             logger.warning("store at %s had no embedder fingerprint; recorded %s", store.location, first.describe())
     if wanted is not None and recorded is not None and recorded.id != wanted.id:
+        return _switch_to_reindexed(store, recorded, wanted)
+    held = store.read_record(FINGERPRINT_RECORD) or {}
+    collection = held.get("collection")
+    return collection if isinstance(collection, str) and collection else None
+
+
+def _switch_to_reindexed(
+    store: FingerprintRecording, recorded: EmbedderFingerprint, wanted: EmbedderFingerprint
+) -> str:
+    reindex = store.read_record(REINDEX_RECORD) or {}
+    collection = reindex.get("collection")
+    if reindex.get("target_id") != wanted.id or reindex.get("state") == "aborted" or not isinstance(collection, str):
         raise ConfigurationError(mismatch_message(recorded, wanted, store.location))
+    if reindex.get("state") != "complete":
+        raise ConfigurationError(
+            f"the store at {store.location} is being re-embedded for {wanted.describe()}, but the reindex is "
+            f"{reindex.get('state', 'unknown')}, not complete; keep MEMORY_EMBEDDER__MODEL={recorded.spec!r} until "
+            "`memory-core reindex --status` says complete, then restart the workers with the new setting"
+        )
+    if not store.holds_collection(collection):  # never switch to an empty store
+        raise ConfigurationError(
+            f"the store at {store.location} finished a reindex for {wanted.describe()} into collection "
+            f"{collection!r}, which is gone; keep MEMORY_EMBEDDER__MODEL={recorded.spec!r}, or start the reindex again"
+        )
+    store.write_record(FINGERPRINT_RECORD, fingerprint_payload(wanted, collection))
+    store.write_record(REINDEX_RECORD, {**reindex, "state": "switched", "switched_at": time.time()})
+    logger.warning(
+        "store at %s switched to the re-embedded collection %s (%s); the previous collection %s is kept until "
+        "`memory-core reindex --drop-old`",
+        store.location,
+        collection,
+        wanted.describe(),
+        reindex.get("source_collection"),
+    )
+    return collection

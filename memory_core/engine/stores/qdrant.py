@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
@@ -37,18 +37,19 @@ from memory_core.engine.stores.base import (
     TIE_BREAK,
     TOMBSTONE_TTL,
     ItemRecord,
+    RawPoint,
     SparseVector,
     chunks,
-    context_windows,
+    copies_by_kind,
     due,
     from_payload,
     in_scope,
     is_visible,
-    migrated_vectors,
     newest_records,
     oldest_by_hash,
     point_id,
     previous_texts,
+    scanned_page,
     set_from_payload,
     set_point_id,
     set_to_payload,
@@ -58,12 +59,14 @@ from memory_core.engine.stores.base import (
     with_context,
 )
 from memory_core.engine.stores.fingerprints import (
-    FINGERPRINT_POINT,
+    FINGERPRINT_RECORD,
     META_SUFFIX,
     fingerprint_from_payload,
     fingerprint_payload,
+    record_point,
     settle_fingerprint,
 )
+from memory_core.engine.stores.migration import KEY_FIELDS, layout_source, migrate_layout
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +165,39 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
     return conditions
 
 
+class _EarlierCollection:
+    """The items collection of an earlier layout, read by a migration (``stores.migration.EarlierLayout``)."""
+
+    def __init__(self, client: QdrantClient, name: str) -> None:
+        self._client = client
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        offset: qm.ExtendedPointId | None = None
+        while True:
+            with _translated("migration scroll"):
+                records, offset = self._client.scroll(
+                    self._name, limit=_SCROLL_PAGE, offset=offset, with_payload=list(KEY_FIELDS), with_vectors=False
+                )
+            yield from ((str(r.id), r.payload) for r in records if r.payload is not None)
+            if offset is None:
+                return
+
+    def points(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], list[float] | None]]:
+        with _translated("migration read"):
+            records = self._client.retrieve(self._name, ids=list(ids), with_payload=True, with_vectors=[DENSE])
+        found: dict[str, tuple[dict[str, Any], list[float] | None]] = {}
+        for r in records:
+            dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
+            if r.payload is not None:
+                found[str(r.id)] = (dict(r.payload), cast(list[float], dense) if isinstance(dense, list) else None)
+        return found
+
+
 class QdrantVectorStore:
     """Items and set definitions in two collections of a Qdrant server (or local mode)."""
 
@@ -177,17 +213,19 @@ class QdrantVectorStore:
         meta: str | None = None,
         fingerprint: EmbedderFingerprint | None = None,
         legacy: Mapping[str, Callable[[], EmbedderFingerprint]] | None = None,
+        sibling: bool = False,
     ) -> None:
         """``earlier``: the collections of earlier layouts, newest first; a new store is filled from the first found.
 
         ``meta``: the collection of the store's fingerprint (default ``<collection>__meta``). ``fingerprint``:
         the embedder's; a store that records another refuses to open (``settle_fingerprint``, which ``legacy``
-        is for). Checked before the items collection is created.
+        is for). Checked before the items collection is created. ``sibling``: a second items collection of an
+        open store (``open_sibling``): no fingerprint check, and closing it leaves the client open.
         """
         self._client = client
+        self._owns_client = not sibling
         self._tombstone_ttl = tombstone_ttl
         self._items = collection
-        self._sets = f"{collection}__sets"
         self._meta = meta or f"{collection}{META_SUFFIX}"
         self._location = location
         with _translated("collection setup"):
@@ -195,14 +233,19 @@ class QdrantVectorStore:
                 self._client.create_collection(
                     self._meta, vectors_config={DENSE: qm.VectorParams(size=1, distance=qm.Distance.DOT)}
                 )
-        settle_fingerprint(self, fingerprint, legacy or {})
+        if not sibling:
+            # A reindexed store's items may live in a collection other than the model's default name.
+            self._items = settle_fingerprint(self, fingerprint, legacy or {}) or collection
+        self._sets = f"{self._items}__sets"
         with _translated("collection setup"):
             fresh = not self._client.collection_exists(self._items)
+        # Decided (and recorded) before the collections are created: a kill right after still resumes the migration.
+        source = layout_source(self, self._items, earlier, fresh=fresh) if earlier else None
+        with _translated("collection setup"):
             self._ensure(self._items, dimension, sparse=True)
             self._ensure(self._sets, 1, sparse=False)
-            source = next((name for name in earlier if self._client.collection_exists(name)), None) if fresh else None
-            if source is not None:
-                self._migrate(source)
+        if source is not None:
+            self._migrate(source)
 
     @classmethod
     def connect(
@@ -247,16 +290,84 @@ class QdrantVectorStore:
             return bool(self._client.collection_exists(name))
 
     def recorded_fingerprint(self) -> EmbedderFingerprint | None:
-        with _translated("fingerprint read"):
-            records = self._client.retrieve(self._meta, ids=[FINGERPRINT_POINT], with_payload=True, with_vectors=False)
-        return fingerprint_from_payload(records[0].payload if records else None, f"collection {self._meta}")
+        return fingerprint_from_payload(self.read_record(FINGERPRINT_RECORD), f"collection {self._meta}")
 
     def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
-        point = qm.PointStruct(
-            id=FINGERPRINT_POINT, vector={DENSE: [1.0]}, payload=fingerprint_payload(fingerprint, self._items)
-        )
-        with _translated("fingerprint write"):
+        self.write_record(FINGERPRINT_RECORD, fingerprint_payload(fingerprint, self._items))
+
+    @property
+    def collection(self) -> str:
+        return self._items
+
+    def read_record(self, name: str) -> dict[str, Any] | None:
+        with _translated("record read"):
+            records = self._client.retrieve(self._meta, ids=[record_point(name)], with_payload=True, with_vectors=False)
+        return dict(records[0].payload) if records and records[0].payload else None
+
+    def write_record(self, name: str, payload: Mapping[str, Any]) -> None:
+        point = qm.PointStruct(id=record_point(name), vector={DENSE: [1.0]}, payload=dict(payload))
+        with _translated("record write"):
             self._client.upsert(self._meta, points=[point], wait=True)
+
+    def open_sibling(self, collection: str, dimension: int) -> QdrantVectorStore:
+        if collection == self._items:
+            raise StoreError(f"collection {collection!r} is the one this store has open")
+        return QdrantVectorStore(
+            self._client,
+            collection=collection,
+            dimension=dimension,
+            location=self._location,
+            tombstone_ttl=self._tombstone_ttl,
+            meta=self._meta,
+            sibling=True,
+        )
+
+    def drop_collection(self, collection: str) -> bool:
+        if collection == self._items:
+            raise StoreError(f"collection {collection!r} is the one this store has open; it cannot be dropped")
+        found = False
+        with _translated("collection drop"):
+            for name in (collection, f"{collection}__sets"):
+                if self._client.collection_exists(name):
+                    self._client.delete_collection(name)
+                    found = True
+        return found
+
+    def scan(self, start: str, stop: str | None, limit: int) -> tuple[list[RawPoint], str | None]:
+        with _translated("scan"):
+            records, offset = self._client.scroll(
+                self._items, offset=start, limit=limit, with_payload=True, with_vectors=list(SPARSE_NAMES)
+            )
+        return scanned_page(((r.id, r.payload, r.vector) for r in records), offset, stop)
+
+    def versions(self, ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
+        with _translated("retrieve"):
+            held = self._client.retrieve(
+                self._items, ids=list(ids), with_payload=["seq", "tombstone"], with_vectors=False
+            )
+        return {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
+
+    def copy_in(self, points: Sequence[tuple[RawPoint, Sequence[float] | None]]) -> int:
+        written = 0
+        for deleting, batch in copies_by_kind(points):
+            structs = {
+                point.id: qm.PointStruct(
+                    id=point.id,
+                    vector={}
+                    if dense is None
+                    else {DENSE: list(map(float, dense)), **{n: _to_qdrant(v) for n, v in point.sparse.items()}},
+                    payload=point.payload,
+                )
+                for point, dense in batch
+            }
+            written += self._write_newer(
+                {p.id: (int(p.payload["seq"]), structs[p.id]) for p, _ in batch}, deleting=deleting
+            )
+        return written
+
+    def point_count(self) -> int:
+        with _translated("count"):
+            return int(self._client.count(self._items, exact=True).count)
 
     def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
         if not self._client.collection_exists(name):
@@ -284,42 +395,22 @@ class QdrantVectorStore:
             self._client.create_payload_index(name, field_name=field, field_schema=schema)
 
     def _migrate(self, source: str) -> None:
-        """Copies a collection of an earlier layout into this one, its BM25 vectors made anew from the stored texts.
+        """Fills this store from a collection of an earlier layout (``stores.migration``), or finishes doing so.
 
         The old collections are left as they are (a backup); drop them once the new ones are checked.
         """
         definitions: list[dict[str, Any]] = []
-        if self._client.collection_exists(f"{source}__sets"):
-            records, _ = self._client.scroll(f"{source}__sets", limit=100_000, with_payload=True)
-            definitions = [dict(r.payload) for r in records if r.payload]
-        old_points: list[tuple[Any, dict[str, Any], list[float] | None]] = []
         offset: qm.ExtendedPointId | None = None
-        while True:
-            records, offset = self._client.scroll(
-                source, limit=_SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=True
-            )
-            for r in records:
-                dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
-                if r.payload is not None:
-                    vector = [float(x) for x in dense] if isinstance(dense, list) else None  # type: ignore[arg-type]  # a dense vector is a list of floats
-                    old_points.append((r.id, r.payload, vector))
-            if offset is None:
-                break
-        structs = [
-            qm.PointStruct(
-                id=pid,
-                vector={} if dense is None else {DENSE: dense, **{n: _to_qdrant(v) for n, v in sparse.items()}},
-                payload=payload,
-            )
-            for pid, payload, dense, sparse in migrated_vectors(old_points, context_windows(definitions))
-        ]
-        for start in range(0, len(structs), _SCROLL_PAGE):
-            self._client.upsert(self._items, points=structs[start : start + _SCROLL_PAGE], wait=True)
-        for payload in definitions:
-            self.put_set(payload["namespace"], payload["key"], set_from_payload(payload))
-        logger.warning(
-            "migrated %d items from collection %s to the current layout %s", len(structs), source, self._items
-        )
+        with _translated("migration scroll"):
+            while self._client.collection_exists(f"{source}__sets"):
+                records, offset = self._client.scroll(
+                    f"{source}__sets", limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                )
+                definitions.extend(dict(r.payload) for r in records if r.payload)
+                if offset is None:
+                    break
+        total = migrate_layout(_EarlierCollection(self._client, source), self, self._items, definitions)
+        logger.warning("migrated %d items from collection %s to the current layout %s", total, source, self._items)
 
     @property
     def location(self) -> str:
@@ -343,16 +434,17 @@ class QdrantVectorStore:
         }
         self._write_newer(points, deleting=False)
 
-    def _write_newer(self, points: Mapping[str, tuple[int, qm.PointStruct]], *, deleting: bool) -> None:
+    def _write_newer(self, points: Mapping[str, tuple[int, qm.PointStruct]], *, deleting: bool) -> int:
         """Writes the points (point id -> its write's seq and point) over whatever is stored older (``due``).
 
         Other workers may write the same points, so each write is a compare-and-set on the ``seq`` read
         just before it; a point another worker changed in between is read and decided again.
         """
         pending = dict(points)
+        written: set[str] = set()
         for _ in range(_CAS_ROUNDS):
             if not pending:
-                return
+                return len(written)
             with _translated("delete" if deleting else "upsert"):
                 held = self._client.retrieve(
                     self._items, ids=list(pending), with_payload=["seq", "tombstone"], with_vectors=False
@@ -370,6 +462,7 @@ class QdrantVectorStore:
                     )
             # What was written now holds exactly its seq, so the next read finds nothing due for it; what
             # another worker changed in between is decided again against its new state.
+            written.update(wanted)
             pending = {pid: pending[pid] for pid in wanted}
         raise TransientStoreError(f"{len(pending)} points kept changing under {_CAS_ROUNDS} compare-and-set rounds")
 
@@ -627,5 +720,7 @@ class QdrantVectorStore:
         return False  # a server's optimizers run in the background; local mode has no index to build
 
     def close(self) -> None:
+        if not self._owns_client:  # a sibling shares its parent's client
+            return
         with _translated("close"):
             self._client.close()

@@ -1,4 +1,4 @@
-"""Operator tasks: set listings, export and import, store snapshots (``memory-core`` CLI)."""
+"""Operator tasks: set listings, export and import, store snapshots, reindex (``memory-core`` CLI)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 from celery import shared_task
 
 from memory_core.core import routing
+from memory_core.core.messages import ReindexBatch, ReindexRequest
+from memory_core.core.validation import parse
 from memory_core.workers.base import MemoryTask
 
 
@@ -32,3 +34,22 @@ def import_items(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
 def backup(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """A consistent snapshot of the store."""
     return self.services.transfer.backup(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.REINDEX, bind=True, base=MemoryTask)
+def reindex(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Starts, follows, aborts or finishes the re-embedding of the store; (re)enqueues the parts to copy."""
+    status, parts = self.services.reindexer.handle(parse(ReindexRequest, request, "reindex request"))
+    for part in parts:
+        reindex_batch.apply_async(kwargs={"request": {"part": part}})
+    return status.model_dump(mode="json")
+
+
+@shared_task(name=routing.REINDEX_BATCH, bind=True, base=MemoryTask)
+def reindex_batch(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """Copies one batch of one part of the store into the reindex's collection, then enqueues the next."""
+    part = parse(ReindexBatch, request, "reindex batch").part
+    delay = self.services.reindexer.run_batch(part)
+    if delay is not None:
+        reindex_batch.apply_async(kwargs={"request": {"part": part}}, countdown=delay)
+    return {"part": part, "more": delay is not None}

@@ -213,3 +213,41 @@ def test_a_data_path_set_in_the_old_place_on_purpose_is_not_warned_about(
     with caplog.at_level("WARNING"):
         load_settings(_env_file=None)
     assert "earlier versions" not in caplog.text
+
+
+def test_reranking_is_off_by_default_and_takes_a_fastembed_or_http_spec(monkeypatch: pytest.MonkeyPatch):
+    assert load_settings(_env_file=None).rerank.model == ""
+    for spec in ("fastembed:Xenova/ms-marco-MiniLM-L-6-v2", "http:http://localhost:8080/rerank"):
+        monkeypatch.setenv("MEMORY_RERANK__MODEL", spec)
+        assert load_settings(_env_file=None).rerank.model == spec
+
+
+@pytest.mark.parametrize(
+    "spec", ["cohere", "fastembed:", "http:localhost:8080/rerank", "http:ftp://host/rerank", "fastembed:a b"]
+)
+def test_a_rerank_spec_of_no_accepted_form_names_the_value_and_the_forms(monkeypatch: pytest.MonkeyPatch, spec: str):
+    monkeypatch.setenv("MEMORY_RERANK__MODEL", spec)
+    with pytest.raises(ConfigurationError, match="MEMORY_RERANK__MODEL") as info:
+        load_settings(_env_file=None)
+    assert f"got {spec!r}" in str(info.value)
+    assert "fastembed:<cross-encoder name> or http:<URL of a /rerank endpoint>" in str(info.value)
+
+
+def test_a_rerank_url_is_shown_without_its_password_and_the_key_is_a_secret(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_RERANK__MODEL", "http:ftp://user:hunter2@host/rerank")
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(_env_file=None)
+    assert "hunter2" not in str(info.value)
+    monkeypatch.setenv("MEMORY_RERANK__MODEL", "http:https://rerank.example/v1/rerank")
+    monkeypatch.setenv("MEMORY_RERANK__API_KEY", "rk-secret")
+    settings = load_settings(_env_file=None)
+    assert "rk-secret" not in repr(settings)
+    monkeypatch.setenv("MEMORY_RERANK__API_KEY", "")
+    assert load_settings(_env_file=None).rerank.api_key is None
+
+
+@pytest.mark.parametrize("candidates", ["0", "201", "many"])
+def test_rerank_candidates_are_bounded(monkeypatch: pytest.MonkeyPatch, candidates: str):
+    monkeypatch.setenv("MEMORY_RERANK__CANDIDATES", candidates)
+    with pytest.raises(ConfigurationError, match="MEMORY_RERANK__CANDIDATES"):
+        load_settings(_env_file=None)

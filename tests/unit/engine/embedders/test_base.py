@@ -1,7 +1,9 @@
+import random
+
 import pytest
 from pydantic import ValidationError
 
-from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.embedders.base import EmbedderFingerprint, in_order, length_batches
 from memory_core.engine.embedders.hashing import HashingEmbedder, hashing_fingerprint
 
 BASE = EmbedderFingerprint(provider="fastembed", model="BAAI/bge-small-en-v1.5", revision="abc", dimension=384)
@@ -64,3 +66,21 @@ def test_the_hashing_embedder_publishes_its_fingerprint_and_embeds_queries_as_do
     assert embedder.fingerprint == hashing_fingerprint(32)
     assert embedder.fingerprint.dimension == embedder.dimension
     assert embedder.embed_queries(["green tea"]) == embedder.embed(["green tea"])
+
+
+def test_length_batches_group_texts_shortest_first_within_the_padded_token_budget():
+    lengths = [30, 2, 250, 8, 8, 31, 2, 100]
+    batches = length_batches(lengths, 64)
+    assert sorted(position for batch in batches for position in batch) == list(range(len(lengths)))
+    assert [[lengths[p] for p in batch] for batch in batches] == [[2, 2, 8, 8], [30, 31], [100], [250]]
+    for batch in batches:  # padded to its longest text; a text over the budget alone
+        assert len(batch) * max(lengths[p] for p in batch) <= 64 or len(batch) == 1
+    assert length_batches([], 64) == []
+
+
+def test_in_order_puts_each_batchs_vectors_back_at_its_texts_positions():
+    rng = random.Random(3)
+    lengths = [rng.randint(1, 300) for _ in range(500)]
+    batches = length_batches(lengths, 512)
+    vectors = [[[float(lengths[p]), float(p)] for p in batch] for batch in batches]  # what a model would return
+    assert in_order(batches, vectors) == [[float(length), float(p)] for p, length in enumerate(lengths)]

@@ -1,0 +1,103 @@
+"""``memory-core reindex``: re-embed the store for another embedder while it serves, then switch to it."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from memory_core.cli import EXIT_FAILED, EXIT_OK, emit
+from memory_core.cli.progress import Progress
+from memory_core.client import MemoryClient
+from memory_core.client.admin import Admin
+from memory_core.core.errors import InvalidRequestError
+from memory_core.core.messages import ReindexStatus
+from memory_core.core.settings import load_settings
+
+POLL = 1.0
+"""Seconds between two looks at a followed reindex."""
+
+
+def register(sub: Any) -> None:
+    """Adds ``reindex`` to the ``memory-core`` parser."""
+    p = sub.add_parser(
+        "reindex",
+        help="re-embed the store for another embedder while it serves (blue-green), then switch on restart",
+        description="Copies every item into a new collection with vectors of the target embedder, while the "
+        "workers keep serving from the old one and mirror each write into both. When it is complete, restart "
+        "the workers with MEMORY_EMBEDDER__MODEL set to the target: the first to start switches the store.",
+    )
+    action = p.add_mutually_exclusive_group(required=True)
+    action.add_argument("--to", metavar="SPEC", help="start (or follow) a reindex to this embedder")
+    action.add_argument("--status", action="store_true", help="where the reindex stands")
+    action.add_argument("--abort", action="store_true", help="stop the reindex and drop the new collection")
+    action.add_argument(
+        "--drop-old", action="store_true", help="after the switch: drop the collection the store was copied from"
+    )
+    p.add_argument("--path", help="the target's local model directory (its MEMORY_EMBEDDER__PATH)")
+    p.add_argument("--base-url", help="the target's embeddings endpoint (its MEMORY_EMBEDDER__BASE_URL)")
+    p.add_argument("--dimensions", type=int, help="the target's vector length (its MEMORY_EMBEDDER__DIMENSIONS)")
+    p.add_argument("--detach", action="store_true", help="with --to: start it and return at once")
+    p.add_argument("--yes", action="store_true", help="really drop a collection (--abort, --drop-old)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(run=_reindex)
+
+
+def _reindex(args: argparse.Namespace, rest: list[str]) -> int:
+    if args.to is None and (args.path, args.base_url, args.dimensions) != (None, None, None):
+        raise InvalidRequestError("--path, --base-url and --dimensions describe the target: use them with --to")
+    if args.detach and args.to is None:
+        raise InvalidRequestError("--detach goes with --to")
+    if (args.abort or args.drop_old) and not args.yes:
+        raise InvalidRequestError(f"reindex --{'abort' if args.abort else 'drop-old'} drops a collection: pass --yes")
+    with MemoryClient(load_settings()) as client:
+        admin = Admin(client)
+        if args.to is not None:
+            status = admin.reindex(
+                "start", to=args.to, path=args.path, base_url=args.base_url, dimensions=args.dimensions
+            )
+            if not args.detach:
+                status = _follow(admin, status, quiet=args.json)
+        else:
+            status = admin.reindex("abort" if args.abort else "drop_old" if args.drop_old else "status")
+    emit(args, status.model_dump(mode="json"), lambda: describe(status))
+    return EXIT_FAILED if args.to is not None and not args.detach and status.state != "complete" else EXIT_OK
+
+
+def _follow(admin: Admin, status: ReindexStatus, *, quiet: bool) -> ReindexStatus:
+    """Shows the reindex's progress until it is complete (or aborted); Ctrl-C stops following, not the work."""
+    progress = Progress("re-embedded (2 passes)", 2 * status.total, quiet=quiet)
+    try:
+        while status.state == "building":
+            time.sleep(POLL)
+            status = admin.reindex("status")  # also resumes parts a killed worker left
+            progress.advance(max(0, min(status.scanned, 2 * status.total) - progress.done))
+    except KeyboardInterrupt:
+        print("\nstopped following; the reindex goes on (memory-core reindex --status)")
+    finally:
+        progress.finish()
+    return status
+
+
+def describe(status: ReindexStatus) -> list[str]:
+    """The status, for people: what is copied to what, how far, and what to do next."""
+    if status.state == "none":
+        return ["no reindex has been started on this store"]
+    reads = f"{status.scanned:,} point reads of about {2 * status.total:,} (2 passes over {status.total:,} points)"
+    lines = [
+        f"reindex {status.state}: {status.source_collection} -> {status.collection}",
+        f"  from {status.source}",
+        f"  to   {status.target}",
+        f"  {reads}, {status.copied:,} copied, {status.parts_done}/{status.parts} parts done",
+    ]
+    next_step = {
+        "building": "follow it with `memory-core reindex --status`; stop it with `memory-core reindex --abort --yes`",
+        "complete": f"restart the workers with MEMORY_EMBEDDER__MODEL={status.target_spec} (the first to start "
+        "switches the store); writes reach both collections until then",
+        "switched": "the workers run the new embedder; `memory-core reindex --drop-old --yes` frees the old collection"
+        if not status.source_dropped
+        else "the workers run the new embedder; the old collection is dropped",
+        "aborted": "the store goes on with its embedder; the new collection is dropped",
+    }
+    lines.append(f"  next: {next_step[status.state]}")
+    return lines
