@@ -1,7 +1,8 @@
 """Write throughput and search latency through the full path, side by side with the embedder alone.
 
 Measured in one run on the same texts:
-  (a) the embedder alone (the ceiling of the write path),
+  (a) the embedder alone at its best layout (the ceiling of the write path), on the template corpus and
+  on real chat turns (../shared/data's datasets, when present), whose lengths vary,
   (b) client -> broker -> worker -> embed -> embedded Qdrant -> durable, in batched add calls,
   and search p50/p95 through the queue (client -> worker -> reply);
   then compaction of a set of --compaction-items: with the offline extractive summarizer, and with
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import json
 import os
 import random
 import shutil
@@ -115,6 +117,22 @@ def corpus(count: int, seed: int = 7) -> list[str]:
     ]
 
 
+SHARED_DATA = ROOT.parent / "shared" / "data"
+"""Where the chat datasets are (``ops/eval``'s default data beside the project): (a) is measured on their turns."""
+
+
+def chat_turns(count: int) -> list[str]:
+    """``count`` real chat turns, an equal share of each dataset in ``SHARED_DATA`` (a stride through its
+    ``items.jsonl``: short and long turns alike); none when no dataset is on this machine."""
+    files = sorted(SHARED_DATA.glob("*/items.jsonl"))
+    texts: list[str] = []
+    for items in files:
+        lines = items.read_text().splitlines()
+        share = count // len(files)
+        texts += [json.loads(line)["text"] for line in lines[:: max(1, len(lines) // share)]][:share]
+    return texts
+
+
 def _pair(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ms / {percentile(values, 0.95):.2f} ms"
 
@@ -125,7 +143,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def _embed_rate(embedder: Embedder, texts: list[str], threads: int) -> float:
-    chunks = [texts[i : i + 100] for i in range(0, len(texts), 100)]
+    # One call per thread for its whole share: the embedder orders a call's texts by length and pads each
+    # batch to its longest, so the largest calls waste the least (the embedder's best layout).
+    share = -(-len(texts) // threads)
+    chunks = [texts[i : i + share] for i in range(0, len(texts), share)]
     started = time.perf_counter()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(embedder.embed, chunks))
@@ -285,8 +306,8 @@ def _batched_adds(client: MemoryClient, texts: list[str], batch: int) -> float:
 
 
 def _embed_rates(embedder: Embedder, texts: list[str], settings: Settings) -> dict[int, float]:
-    """(a): the embedder alone, items/s by thread count; the worker embeds in several threads at once, so
-    the ceiling is the best layout, each measured twice."""
+    """(a): the embedder alone at its best layout, items/s by thread count; the worker embeds in several
+    threads at once, so the ceiling is the best of them, each measured twice."""
     embedder.embed(texts[:64])  # warm-up
     rates: dict[int, float] = {}
     for threads in sorted({1, os.cpu_count() or 1, settings.celery.concurrency}):
@@ -301,6 +322,8 @@ def _only_writes(args: argparse.Namespace) -> None:
     settings = load_settings()
     embedder = open_embedder(settings.embedder)
     print(f"embedder: {embedder.fingerprint.describe()}", flush=True)
+    chat = chat_turns(args.items)  # (a) on real chat text, once: the rounds' texts are the template corpus
+    chat_rate = max(_embed_rates(embedder, chat, settings).values()) if chat else float("nan")
     rows = []
     with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
@@ -327,6 +350,7 @@ def _only_writes(args: argparse.Namespace) -> None:
     b_ratio = statistics.median(b / a for a, b, _ in rows)
     c_ratio = statistics.median(c / a for a, _, c in rows)
     print(f"| median | | | | {b_ratio:.2f} | {c_ratio:.2f} |")
+    print(f"\n(a) on {len(chat)} chat turns of {SHARED_DATA} (equal shares of each dataset): {chat_rate:.0f} items/s")
 
 
 def _clear_embeddings(url: str, prefix: str) -> None:
@@ -771,6 +795,8 @@ def main() -> None:
     model_name, fingerprint = embedder.model_name, embedder.fingerprint
     rates = _embed_rates(embedder, texts, settings)
     embed_rate = max(rates.values())
+    chat = chat_turns(args.items)  # and on real chat text, whose lengths vary as the template corpus's do not
+    chat_rate = max(_embed_rates(embedder, chat, settings).values()) if chat else float("nan")
     single = []
     for text in texts[:50]:
         t0 = time.perf_counter()
@@ -835,7 +861,11 @@ def main() -> None:
     print("|---|---|")
     for threads, rate in rates.items():
         print(f"| embedder alone, {threads} thread(s), batch {settings.embedder.batch_size} | {rate:.0f} items/s |")
-    print(f"| (a) embedder ceiling: the best of those | {embed_rate:.0f} items/s |")
+    print(f"| (a) embedder ceiling, template corpus: the best of those | {embed_rate:.0f} items/s |")
+    print(
+        f"| (a) embedder ceiling on {len(chat)} chat turns of {SHARED_DATA} (equal shares of each dataset; "
+        f"the ratios below are to the template corpus's, the texts (b) and (c) add) | {chat_rate:.0f} items/s |"
+    )
     print(f"| (b) full path, one add() per item from 4 client threads, until durable | {single_rate:.0f} items/s |")
     print(f"| (c) full path, add() of {args.batch}, until durable | {full_rate:.0f} items/s |")
     print(f"| ratio (b)/(a) | {single_rate / embed_rate:.2f} |")
