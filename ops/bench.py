@@ -128,7 +128,7 @@ def chat_turns(count: int) -> list[str]:
     texts: list[str] = []
     for items in files:
         lines = items.read_text().splitlines()
-        share = count // len(files)
+        share = max(1, count // len(files))
         texts += [json.loads(line)["text"] for line in lines[:: max(1, len(lines) // share)]][:share]
     return texts
 

@@ -199,7 +199,9 @@ class EmbedderSettings(_Group):
     threads: int = Field(default=1, ge=1, le=64)
     """onnxruntime intra-op threads per embedder call (1 is best on a busy worker)."""
     batch_size: int = Field(default=32, ge=1, le=1024)
-    """Texts per onnxruntime run: a longer list of texts is embedded in batches of this size."""
+    """Texts per model run, for texts of a typical 32 tokens: the local models (MiniLM, ``fastembed:``) run a
+    call's texts ordered by length, in batches of at most this times 32 tokens once padded (many short texts
+    or a few long ones); requests to ``openai:`` endpoints hold at most this many texts."""
     max_tokens: int = Field(default=256, ge=8, le=512)
     """Tokens of a text that are embedded; the rest of a longer text does not count in its vector."""
 
