@@ -48,7 +48,7 @@ from memory_core.core.models import MemorySet, Scope
 from memory_core.core.settings import EmbedderSettings, ReindexSettings
 from memory_core.engine.embedders import Embedder, open_embedder
 from memory_core.engine.embedders.base import EmbedderFingerprint, embed_timed
-from memory_core.engine.stores.base import ItemRecord, RawPoint, ReindexableStore, VectorStore, item_text
+from memory_core.engine.stores.base import ItemRecord, RawPoint, ReindexableStore, VectorStore, due, item_text
 from memory_core.engine.stores.fingerprints import REINDEX_RECORD
 
 logger = logging.getLogger(__name__)
@@ -89,11 +89,10 @@ class Target:
 
 
 def _copy_due(point: RawPoint, held: tuple[int, bool] | None) -> bool:
-    """Whether a source point must be written into the target (``stores.base.due`` for one point)."""
-    if held is None:
-        return True
-    seq, tombstone = int(point.payload["seq"]), point.tombstone
-    return held[0] < seq or (tombstone and not held[1] and held[0] == seq)
+    """Whether a source point must be written into the target: ``stores.base.due`` for one point, a tombstone
+    as a delete. Decided before embedding, so a point the target already holds costs no model time."""
+    stored = {} if held is None else {point.id: held}
+    return bool(due(stored, {point.id: int(point.payload["seq"])}, deleting=point.tombstone))
 
 
 class Reindexer:
@@ -313,10 +312,10 @@ class Reindexer:
         start, stop = part_bounds(part)
         points, following = store.scan(progress.get("cursor") or start, stop, self._settings.batch_size)
         held = target.store.versions([p.id for p in points])
-        due = [p for p in points if _copy_due(p, held.get(p.id))]
-        texts = [item_text(p.payload["value"]) for p in due if not p.tombstone]
+        to_copy = [p for p in points if _copy_due(p, held.get(p.id))]
+        texts = [item_text(p.payload["value"]) for p in to_copy if not p.tombstone]
         vectors = iter(target.vectors(texts))
-        copied = target.store.copy_in([(p, None if p.tombstone else next(vectors)) for p in due])
+        copied = target.store.copy_in([(p, None if p.tombstone else next(vectors)) for p in to_copy])
         REINDEX_POINTS.labels("scanned").inc(len(points))
         REINDEX_POINTS.labels("copied").inc(copied)
         progress = {
