@@ -165,10 +165,10 @@ def run(items: int, before: Path | None = None, searches: int = 200, keep: bool 
     path = RUN_DIR / f"bench-migration-{items}"
     if keep and (path / _names(path)[1]).is_dir():
         print(f"migration: reusing the v2 store of {items:,} items at {path}", flush=True)
-        build_s = float("nan")
+        written = "kept from an earlier run"
     else:
         print(f"migration: writing a v2 store of {items:,} items", flush=True)
-        build_s = build(path, items)
+        written = f"written in {build(path, items):.0f} s"
     rows: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     variants = ([("before", before)] if before is not None else []) + [("this build", ROOT)]
     for label, root in variants:
@@ -179,7 +179,7 @@ def run(items: int, before: Path | None = None, searches: int = 200, keep: bool 
         rows[label] = (migrating, serving)
     if not keep:
         shutil.rmtree(path, ignore_errors=True)
-    print(f"\n### Layout migration: {items:,} items of the v2 layout (written in {build_s:.0f} s), one process each\n")
+    print(f"\n### Layout migration: {items:,} items of the v2 layout ({written}), one process each\n")
     print(
         "| | open that migrates | peak RSS during it (anon / file) | then serving, same process "
         "| serving, fresh process (anon / file) | peak - fresh serving |"

@@ -402,7 +402,7 @@ class EdgeVectorStore:
                 spill_layout(old_items, spill)
             finally:
                 old_items.close()
-        total = migrate_spilled(spill, source, self, self._collection, definitions)
+        total = migrate_spilled(spill, source, self, self._collection, definitions, reload=self._reload_items)
         spill.unlink()
         logger.warning(
             "migrated %d items from %s to the current layout at %s; the old directory is kept as a backup",
@@ -413,6 +413,13 @@ class EdgeVectorStore:
 
     def _spill_path(self) -> Path:
         return self._path / f"{self._collection}{SPILL_SUFFIX}"
+
+    def _reload_items(self) -> None:
+        """Loads the items shard again (a long migration's copy: see ``migrate_spilled``)."""
+        with self._write_lock, _translated("shard reload"):
+            self._items.flush()
+            self._items.close()
+            self._items = qe.EdgeShard.load(str(self._items_dir))
 
     @staticmethod
     def _sparse_for(text: str, previous: list[str]) -> dict[str, Any]:

@@ -68,6 +68,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(migration, "MIGRATION_BATCH", BATCH)
     monkeypatch.setattr(migration, "PROGRESS_EVERY", 0.0)  # progress recorded after every batch
+    monkeypatch.setattr(migration, "RELOAD_EVERY", 3 * BATCH)  # the embedded engine loads the new shard again
 
 
 def _text(scope: Scope, n: int) -> str:
@@ -256,6 +257,7 @@ from memory_core.engine.stores import edge, migration
 
 migration.MIGRATION_BATCH = {batch}
 migration.PROGRESS_EVERY = 0.0
+migration.RELOAD_EVERY = {batch} * 3
 cls = edge.EdgeVectorStore if {method!r} == "copy_in" else edge._EarlierShard
 original = getattr(cls, {method!r})
 calls = []

@@ -60,7 +60,7 @@ class _Target:
         self.copied: dict[str, tuple[dict[str, Any], dict[str, SparseVector], list[float] | None]] = {}
         self.records: dict[str, dict[str, Any]] = {}
         self.sets: list[tuple[str, str, MemorySet]] = []
-        self.calls, self.fail_at = 0, fail_at
+        self.calls, self.fail_at, self.reloads = 0, fail_at, 0
 
     def holds_collection(self, name: str) -> bool:
         return name == "old"
@@ -82,11 +82,15 @@ class _Target:
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
         self.sets.append((namespace, key, definition))
 
+    def reload(self) -> None:
+        self.reloads += 1
+
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(migration, "MIGRATION_BATCH", 7)
     monkeypatch.setattr(migration, "PROGRESS_EVERY", 0.0)
+    monkeypatch.setattr(migration, "RELOAD_EVERY", 20)
 
 
 def _migrated(source: _Source, target: _Target, spill: Path | None) -> int:
@@ -94,7 +98,7 @@ def _migrated(source: _Source, target: _Target, spill: Path | None) -> int:
         return migration.migrate_layout(source, target, "new", DEFINITIONS)
     if not spill.exists():
         migration.spill_layout(source, spill)
-    return migration.migrate_spilled(spill, source.name, target, "new", DEFINITIONS)
+    return migration.migrate_spilled(spill, source.name, target, "new", DEFINITIONS, reload=target.reload)
 
 
 def test_a_migration_read_from_its_spill_file_copies_what_one_read_directly_does(tmp_path: Path):
@@ -102,6 +106,7 @@ def test_a_migration_read_from_its_spill_file_copies_what_one_read_directly_does
     direct, spilled = _Target(), _Target()
     assert _migrated(source, direct, None) == _migrated(source, spilled, tmp_path / "spill") == len(source.held)
     assert spilled.copied == direct.copied  # payloads, BM25 vectors and float16 values exactly
+    assert spilled.reloads == len(source.held) // 20
     assert spilled.sets == direct.sets == [("ns", "k", set_from_payload(p)) for p in DEFINITIONS]
     record = direct.records[migration.migration_record("new")]
     assert (record["state"], record["source"], record["total"]) == ("complete", "old", len(source.held))
