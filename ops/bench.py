@@ -15,9 +15,13 @@ Measured in one run on the same texts:
     ops/bench --doors    # the doors alone
     ops/bench --writes 3    # (a), (b) and (c) alone, three rounds in turn (to compare builds)
     ops/bench --scale 10000,100000,1000000    # cost as work grows, one embedded node (ops/scale.py)
+    ops/bench --hybrid-scale 100000,1000000 [--keep]    # hybrid search's engine query as the store grows,
+      on two vocabularies, the query plan before and now side by side (ops/hybrid_bench.py)
     ops/bench --profile-writes    # where the worker's CPU goes per add message (ops/write_profile.py)
     ops/bench --rerank [SPEC]    # what reranking adds per search, beside none (ops/rerank_bench.py)
     ops/bench --reindex [--big-items 100000]    # a reindex's rate, and adds and searches during one (ops/reindex_bench.py)
+    ops/bench --mem0 [--items 2000] [--batch 100] [--searches 200]    # against mem0 with the same embedder, side
+      by side on real chat text (ops/mem0_bench.py; mem0 in a venv of its own under ops/.run)
     ops/bench --embedder SPEC [--embedder-path DIR] [--embedder-base-url URL]    # another embedder
       (MEMORY_EMBEDDER__MODEL) in the worker and in (a), with every section but --scale
 """
@@ -270,10 +274,10 @@ def _conditional_writes(count: int, batch: int) -> dict[str, float]:
     return rates
 
 
-def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4) -> float:
+def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4, name: str = "singles") -> float:
     """(b): one add() per item from ``clients`` threads, wait=False, timed until every item is durable."""
     ltm = client.long_term("bench", "k")
-    singles = ltm.get_or_create_memory_set("singles", capacity=1_000_000)
+    singles = ltm.get_or_create_memory_set(name, capacity=1_000_000)
     receipts: list[WriteReceipt] = []
     lock = threading.Lock()
 
@@ -316,16 +320,39 @@ def _embed_rates(embedder: Embedder, texts: list[str], settings: Settings) -> di
     return rates
 
 
+def _idle_adds(clients: dict[str, MemoryClient], texts: list[str]) -> dict[str, list[float]]:
+    """One add at a time (nothing else in flight), until durable, through each client in turn: ms each."""
+    sets = {
+        name: c.long_term("bench", "k").get_or_create_memory_set("idle", capacity=1_000_000)
+        for name, c in clients.items()
+    }
+    times: dict[str, list[float]] = {name: [] for name in clients}
+    for n, text in enumerate(texts):
+        for name in list(clients)[n % 2 :] + list(clients)[: n % 2]:  # each goes first in turn
+            began = time.perf_counter()
+            sets[name].add([f"{text} ({name})"], wait=True)
+            times[name].append((time.perf_counter() - began) * 1000)
+    return times
+
+
 def _only_writes(args: argparse.Namespace) -> None:
-    """(a), (b) and (c) alone, ``args.writes`` rounds in turn on one worker, each round on new texts."""
+    """(a), (b) and (c) alone, ``args.writes`` rounds in turn on one worker, each round on new texts; (b) and
+    one add on an idle worker also with group commit off (``MEMORY_CLIENT__COALESCE_MAX_ITEMS=1``)."""
     env = isolated_env("bench")
     settings = load_settings()
+    uncoalesced = settings.model_copy(update={"client": settings.client.model_copy(update={"coalesce_max_items": 1})})
     embedder = open_embedder(settings.embedder)
     print(f"embedder: {embedder.fingerprint.describe()}", flush=True)
     chat = chat_turns(args.items)  # (a) on real chat text, once: the rounds' texts are the template corpus
     chat_rate = max(_embed_rates(embedder, chat, settings).values()) if chat else float("nan")
     rows = []
-    with redis_server(settings.redis.url), worker(env, name="bench-worker"), MemoryClient(settings) as client:
+    idle: dict[str, list[float]] = {"group commit on": [], "group commit off": []}
+    with (
+        redis_server(settings.redis.url),
+        worker(env, name="bench-worker"),
+        MemoryClient(settings) as client,
+        MemoryClient(uncoalesced) as one_by_one,
+    ):
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
         warm = client.long_term("bench", "k").get_or_create_memory_set("warm", capacity=1_000_000)
         warm.add(corpus(32, seed=99))  # worker warm-up (model load)
@@ -334,23 +361,35 @@ def _only_writes(args: argparse.Namespace) -> None:
             embed_rate = max(_embed_rates(embedder, texts, settings).values())
             single_rate = _single_adds(client, texts)
             _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
+            single_off_rate = _single_adds(one_by_one, texts, name="singles-off")
+            _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
             full_rate = _batched_adds(client, texts, args.batch)
-            client.long_term("bench", "k").delete_memory_set("singles")
-            client.long_term("bench", "k").delete_memory_set("notes")
-            rows.append((embed_rate, single_rate, full_rate))
+            pair = {"group commit on": client, "group commit off": one_by_one}
+            for name, ms in _idle_adds(pair, corpus(100, seed=200 + n)).items():
+                idle[name] += ms
+            for name in ("singles", "singles-off", "notes", "idle"):
+                client.long_term("bench", "k").delete_memory_set(name)
+            rows.append((embed_rate, single_rate, full_rate, single_off_rate))
             print(
-                f"round {n + 1}: (a) {embed_rate:.0f}, (b) {single_rate:.0f}, (c) {full_rate:.0f} items/s", flush=True
+                f"round {n + 1}: (a) {embed_rate:.0f}, (b) {single_rate:.0f} (group commit off: "
+                f"{single_off_rate:.0f}), (c) {full_rate:.0f} items/s",
+                flush=True,
             )
     print(
-        f"\n| round | (a) embedder items/s | (b) one add per item, 4 threads | (c) adds of {args.batch} | (b)/(a) | (c)/(a) |"
+        f"\n| round | (a) embedder items/s | (b) one add per item, 4 threads | (c) adds of {args.batch} | (b)/(a) | (c)/(a) "
+        "| (b) group commit off | its /(a) |"
     )
-    print("|---|---|---|---|---|---|")
-    for n, (a, b, c) in enumerate(rows, 1):
-        print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b / a:.2f} | {c / a:.2f} |")
-    b_ratio = statistics.median(b / a for a, b, _ in rows)
-    c_ratio = statistics.median(c / a for a, _, c in rows)
-    print(f"| median | | | | {b_ratio:.2f} | {c_ratio:.2f} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, (a, b, c, off) in enumerate(rows, 1):
+        print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b / a:.2f} | {c / a:.2f} | {off:.0f} | {off / a:.2f} |")
+    b_ratio = statistics.median(b / a for a, b, _, _ in rows)
+    c_ratio = statistics.median(c / a for a, _, c, _ in rows)
+    off_ratio = statistics.median(off / a for a, _, _, off in rows)
+    print(f"| median | | | | {b_ratio:.2f} | {c_ratio:.2f} | | {off_ratio:.2f} |")
     print(f"\n(a) on {len(chat)} chat turns of {SHARED_DATA} (equal shares of each dataset): {chat_rate:.0f} items/s")
+    print("\none add() on an idle worker, until durable, the two clients alternating, p50 / p95:")
+    for name, ms in idle.items():
+        print(f"- {name}: {_pair(ms)} ({len(ms)} adds)")
 
 
 def _clear_embeddings(url: str, prefix: str) -> None:
@@ -709,6 +748,43 @@ def _only_doors(args: argparse.Namespace) -> None:
     _print_concurrency(rates, args.searches)
 
 
+def _only_scale(args: argparse.Namespace) -> None:
+    if args.hybrid_scale:  # the engine in this process: no worker, no Redis
+        import hybrid_bench
+
+        hybrid_bench.run([int(size) for size in args.hybrid_scale.split(",")], args.searches, keep=args.keep)
+        return
+    import scale
+
+    with redis_server(load_settings().redis.url):
+        scale.run([int(size) for size in args.scale.split(",")], searches=min(args.searches, 100))
+
+
+def _only_module(args: argparse.Namespace) -> bool:
+    """Runs the section a bench module of its own measures, if one was asked for (True then)."""
+    if args.profile_writes:
+        import write_profile
+
+        with redis_server(load_settings().redis.url):
+            write_profile.run(args.items, args.batch)
+    elif args.rerank is not None:
+        import rerank_bench
+
+        rerank_bench.run(args.rerank, args.items, args.searches)
+    elif args.reindex:
+        import reindex_bench
+
+        with redis_server(load_settings().redis.url):
+            reindex_bench.run(args.big_items, min(args.searches, 200))
+    elif args.mem0:
+        import mem0_bench
+
+        mem0_bench.run(args.items, args.batch, args.searches)  # in mem0's own venv: this process ends there
+    else:
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=2000)
@@ -724,6 +800,14 @@ def main() -> None:
         "--scale",
         metavar="SIZES",
         help="run only the scale table (ops/scale.py) at these item counts, e.g. 10000,100000,1000000",
+    )
+    parser.add_argument(
+        "--hybrid-scale",
+        metavar="SIZES",
+        help="run only hybrid search's engine query at these item counts (ops/hybrid_bench.py), e.g. 100000,1000000",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="with --hybrid-scale: keep the stores written, and reuse kept ones"
     )
     parser.add_argument(
         "--writes",
@@ -750,39 +834,27 @@ def main() -> None:
         help="run only the reindex section (ops/reindex_bench.py): its rate on --big-items items, and one-item adds "
         "and searches during it against none",
     )
+    parser.add_argument(
+        "--mem0",
+        action="store_true",
+        help="run only memory-core against mem0 with the same embedder (ops/mem0_bench.py): --items chat turns added "
+        "one by one and in adds of --batch, then --searches questions",
+    )
     add_embedder_options(parser)
     args = parser.parse_args()
     if args.scale and (args.embedder or args.embedder_path or args.embedder_base_url):
         parser.error("--scale measures the store with stand-in vectors of the shipped model; --embedder does not apply")
     choose_embedder(args)  # before any worker starts: isolated_env hands the choice on
-    if args.profile_writes:
-        import write_profile
-
-        with redis_server(load_settings().redis.url):
-            write_profile.run(args.items, args.batch)
+    if _only_module(args):
         return
-    if args.scale:
-        import scale
-
-        with redis_server(load_settings().redis.url):
-            scale.run([int(size) for size in args.scale.split(",")], searches=min(args.searches, 100))
+    if args.scale or args.hybrid_scale:
+        _only_scale(args)
         return
     if args.doors:
         _only_doors(args)
         return
-    if args.rerank is not None:
-        import rerank_bench
-
-        rerank_bench.run(args.rerank, args.items, args.searches)
-        return
     if args.writes:
         _only_writes(args)
-        return
-    if args.reindex:
-        import reindex_bench
-
-        with redis_server(load_settings().redis.url):
-            reindex_bench.run(args.big_items, min(args.searches, 200))
         return
 
     env = isolated_env("bench")

@@ -33,6 +33,7 @@ check them on each):
 from __future__ import annotations
 
 import hashlib
+import statistics
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -392,6 +393,46 @@ def is_visible(payload: Mapping[str, Any], now: float) -> bool:
 def in_scope(payload: Mapping[str, Any], scope: Scope) -> bool:
     """Whether a stored payload belongs to ``scope`` (a guard on top of the scoped point ids and filters)."""
     return (payload.get("namespace"), payload.get("key"), payload.get("set")) == tuple(scope)
+
+
+Ranking = list[tuple[str, float]]
+"""A ranker's candidates as (point id, score), best first."""
+
+HYBRID_RANKERS = 1 + len(SPARSE_NAMES)
+"""The rankers a ``hybrid`` search fuses: dense, then each lexical ranker near-tie broken by cosine."""
+
+
+def dbsf(rankings: Sequence[Ranking]) -> Ranking:
+    """Distribution-based score fusion, as the engine computes it: each ranking's scores scaled to about
+    0..1 by its mean +/- 3 sample standard deviations (a ranking of one scores 0.5), then summed per point."""
+    fused: dict[str, float] = {}
+    for ranking in rankings:
+        scores = [score for _, score in ranking]
+        if len(scores) < 2:
+            scaled = [0.5] * len(scores)
+        else:
+            mean, spread = statistics.fmean(scores), 3 * statistics.stdev(scores)
+            scaled = [0.5] * len(scores) if spread == 0 else [(s - mean + spread) / (2 * spread) for s in scores]
+        for (point, _), value in zip(ranking, scaled, strict=True):
+            fused[point] = fused.get(point, 0.0) + value
+    # Best first; exact ties (items of the same text and vector) by point id, so a search answers alike each time.
+    return sorted(fused.items(), key=lambda fused_point: (-fused_point[1], fused_point[0]))
+
+
+def fused_hybrid(dense: Ranking, lexical: Sequence[Ranking], cosines: Mapping[str, float], limit: int) -> Ranking:
+    """The best ``limit`` points of a ``hybrid`` search, by fused score (a sum over ``HYBRID_RANKERS``).
+
+    ``lexical``: each lexical ranker's candidates by BM25, as the store found them; ``cosines``: their
+    similarity to the query. Each lexical ranker's candidates are scored BM25 + ``TIE_BREAK`` x cosine and
+    fused with ``dense`` by DBSF. The stores used to compute this inside one engine query, which evaluated
+    each lexical ranker twice (once for its candidates, once again inside their dense rescoring); they now
+    fetch each ranking once and fuse here."""
+    depth = max(PREFETCH, limit)
+    tie_broken = [
+        sorted(((point, bm25 + TIE_BREAK * cosines.get(point, 0.0)) for point, bm25 in ranking), key=lambda p: -p[1])
+        for ranking in lexical
+    ]
+    return dbsf([dense[:depth], *(ranking[:depth] for ranking in tie_broken)])[:limit]
 
 
 def require_set(store: VectorStore, scope: Scope) -> MemorySet:

@@ -27,6 +27,7 @@ from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.store_owner import StoreOwner
 from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
+    HYBRID_RANKERS,
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
     LEXICAL,
@@ -35,7 +36,6 @@ from memory_core.engine.stores.base import (
     PREFETCH,
     PREVIOUS_MARGIN,
     SPARSE_NAMES,
-    TIE_BREAK,
     TOMBSTONE_TTL,
     ItemRecord,
     RawPoint,
@@ -43,7 +43,9 @@ from memory_core.engine.stores.base import (
     copies_by_kind,
     due,
     from_payload,
+    fused_hybrid,
     in_scope,
+    is_tombstone,
     is_visible,
     newest_records,
     oldest_by_hash,
@@ -129,26 +131,6 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition |
         alternatives = [qe.FieldCondition(key=f"metadata.{name}", match=qe.MatchValue(v)) for v in values]
         conditions.append(alternatives[0] if len(alternatives) == 1 else qe.Filter(should=list(alternatives)))
     return conditions
-
-
-# BM25 (the first prefetch's score) + TIE_BREAK x cosine (the second's): see ``TIE_BREAK``.
-_TIE_BROKEN = qe.Formula(
-    qe.Expression.Sum(
-        [
-            qe.Expression.Variable("$score[0]"),
-            qe.Expression.Mult([qe.Expression.Constant(TIE_BREAK), qe.Expression.Variable("$score[1]")]),
-        ]
-    ),
-    defaults={"$score[0]": 0.0, "$score[1]": 0.0},
-)
-
-
-def _tie_broken(candidates: qe.Prefetch, dense: Any, depth: int) -> qe.Prefetch:
-    """A lexical ranker whose candidates are scored BM25 + ``TIE_BREAK`` x cosine, in the same query."""
-    # The inner dense stage rescores exactly the lexical candidates (no vector index walk), so every
-    # candidate has both scores; the defaults only keep the formula total.
-    cosine = qe.Prefetch(limit=depth, prefetches=[candidates], query=dense)
-    return qe.Prefetch(limit=depth, prefetches=[candidates, cosine], query=_TIE_BROKEN)
 
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:
@@ -523,6 +505,8 @@ class EdgeVectorStore:
         rankers = 1
         if mode == "dense" or not text or not text.strip():
             request = qe.QueryRequest(limit=limit, query=dense, filter=visible, with_payload=True)
+        elif mode == "hybrid":
+            return self._hybrid(dense, _sparse(LEXICAL.query(text)), visible, limit)
         else:
             words = _sparse(LEXICAL.query(text))
             depth = max(PREFETCH, limit)
@@ -535,11 +519,6 @@ class EdgeVectorStore:
                 )
                 for name in SPARSE_NAMES
             ]
-            if mode == "hybrid":
-                prefetches = [
-                    qe.Prefetch(limit=depth, query=dense, filter=visible),
-                    *(_tie_broken(candidates, dense, depth) for candidates in prefetches),
-                ]
             rankers = len(prefetches)
             request = qe.QueryRequest(
                 limit=limit,
@@ -552,6 +531,38 @@ class EdgeVectorStore:
             hits = self._items.query(request)
         # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
         return [from_payload(h.payload, score=min(1.0, h.score / rankers)) for h in hits if h.payload is not None]
+
+    def _hybrid(self, dense: Any, words: qe.SparseVector, visible: qe.Filter, limit: int) -> list[MemorySetItem]:
+        """Each ranker's candidates in one batch (each lexical ranker evaluated once), their cosines, then the
+        fused best with their payloads: ``fused_hybrid``."""
+        depth = max(PREFETCH, limit)
+        rankers = [qe.QueryRequest(limit=depth, query=dense, filter=visible)] + [
+            qe.QueryRequest(
+                limit=depth, query=qe.Query.Nearest(words, using=name), filter=visible, score_threshold=LEXICAL_FLOOR
+            )
+            for name in SPARSE_NAMES
+        ]
+        with _translated("search"):
+            dense_hits, *lexical_hits = self._items.query_batch(qe.QueryBatchRequest(rankers))
+            lexical = [[(str(hit.id), hit.score) for hit in hits] for hits in lexical_hits]
+            candidates: set[Any] = {point for ranking in lexical for point, _ in ranking}
+            cosines: dict[str, float] = {}
+            if candidates:
+                # Exact: the filter holds at most ``depth`` ids a lexical ranker, so no index walk.
+                only = qe.Filter(must=[qe.HasIdCondition(candidates)])
+                rescored = self._items.query(qe.QueryRequest(limit=len(candidates), query=dense, filter=only))
+                cosines = {str(hit.id): hit.score for hit in rescored}
+            best = fused_hybrid([(str(hit.id), hit.score) for hit in dense_hits], lexical, cosines, limit)
+            records = self._items.retrieve([point for point, _ in best], with_payload=True, with_vector=False)
+        payloads = {str(record.id): record.payload for record in records}
+        now = time.time()
+        # A point deleted or expired since the rankers read it is left out, as the query would have.
+        found = [(payloads.get(point), score) for point, score in best]
+        return [
+            from_payload(payload, score=min(1.0, score / HYBRID_RANKERS))
+            for payload, score in found
+            if payload is not None and not is_tombstone(payload) and is_visible(payload, now)
+        ]
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):

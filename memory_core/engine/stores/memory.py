@@ -2,8 +2,8 @@
 
 It is the reference double of the engine: dense search is exact cosine, lexical search is
 BM25 with IDF over every point it holds (as the engine's ``Idf`` modifier does over a shard),
-and hybrid search fuses the rankers' top candidates by DBSF, as Qdrant does (its lexical rankers'
-BM25 near-ties broken by cosine, ``TIE_BREAK``).
+and hybrid search fuses the rankers' top candidates as the other stores do (``fused_hybrid``: DBSF, its
+lexical rankers' BM25 near-ties broken by cosine).
 """
 
 from __future__ import annotations
@@ -20,17 +20,19 @@ from memory_core.core.errors import ConfigurationError
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
+    HYBRID_RANKERS,
     LEXICAL,
     LEXICAL_FLOOR,
     PREFETCH,
     SPARSE_CONTEXT,
     SPARSE_TEXT,
-    TIE_BREAK,
     TOMBSTONE_TTL,
     ItemRecord,
     SparseVector,
+    dbsf,
     due,
     from_payload,
+    fused_hybrid,
     is_visible,
     newest_records,
     oldest_by_hash,
@@ -57,20 +59,6 @@ def _matches(metadata: Mapping[str, Any], filters: Mapping[str, Any]) -> bool:
 
 
 _SPARSE = "__sparse"  # where this store keeps a point's BM25 vectors (from_payload ignores it)
-
-
-def _dbsf(rankings: list[list[tuple[float, str]]]) -> dict[str, float]:
-    """Distribution-based score fusion: each ranking's scores scaled by mean +/- 3 std to 0..1, then summed."""
-    fused: dict[str, float] = {}
-    for ranking in rankings:
-        if not ranking:
-            continue
-        scores = np.asarray([score for score, _ in ranking], dtype=np.float64)
-        low, high = scores.mean() - 3 * scores.std(), scores.mean() + 3 * scores.std()
-        for score, item_id in ranking:
-            scaled = 0.5 if high == low else min(1.0, max(0.0, (score - low) / (high - low)))
-            fused[item_id] = fused.get(item_id, 0.0) + scaled
-    return fused
 
 
 def _same(actual: object, expected: object) -> bool:
@@ -158,14 +146,13 @@ class InMemoryVectorStore:
             return [from_payload(by_id[i], score=s) for s, i in dense[:limit]]
         words = LEXICAL.query(text)
         rankings = [self._bm25(words, [p for p, _ in candidates], name) for name in (SPARSE_TEXT, SPARSE_CONTEXT)]
-        if mode == "hybrid":
-            # BM25 near-ties go to the item closest in meaning (TIE_BREAK), as the engine's formula does.
-            cosine = {i: s for s, i in dense}
-            tie_broken = [[(s + TIE_BREAK * cosine[i], i) for s, i in r[: max(PREFETCH, limit)]] for r in rankings]
-            rankings = [dense, *(sorted(r, key=lambda si: -si[0]) for r in tie_broken)]
-        fused = _dbsf([ranking[: max(PREFETCH, limit)] for ranking in rankings])
-        best = sorted(fused.items(), key=lambda item: -item[1])[:limit]
-        return [from_payload(by_id[i], score=min(1.0, s / len(rankings))) for i, s in best]
+        depth = max(PREFETCH, limit)
+        lexical = [[(i, s) for s, i in ranking[:depth]] for ranking in rankings]
+        if mode == "hybrid":  # BM25 near-ties go to the item closest in meaning, as the stores' fusion does
+            best = fused_hybrid([(i, s) for s, i in dense], lexical, {i: s for s, i in dense}, limit)
+            return [from_payload(by_id[i], score=min(1.0, s / HYBRID_RANKERS)) for i, s in best]
+        best = dbsf(lexical)[:limit]
+        return [from_payload(by_id[i], score=min(1.0, s / len(lexical))) for i, s in best]
 
     def _bm25(self, words: SparseVector, payloads: list[dict[str, Any]], name: str) -> list[tuple[float, str]]:
         """BM25 of ``words`` over ``payloads``, with IDF over every point of the store (as the engine does)."""
