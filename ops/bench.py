@@ -752,7 +752,9 @@ def _only_scale(args: argparse.Namespace) -> None:
     if args.hybrid_scale:  # the engine in this process: no worker, no Redis
         import hybrid_bench
 
-        hybrid_bench.run([int(size) for size in args.hybrid_scale.split(",")], args.searches, keep=args.keep)
+        hybrid_bench.run(
+            [int(size) for size in args.hybrid_scale.split(",")], args.searches, keep=args.keep, before=args.before
+        )
         return
     import scale
 
@@ -808,6 +810,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--keep", action="store_true", help="with --hybrid-scale: keep the stores written, and reuse kept ones"
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="with --hybrid-scale: also search through a worker running the memory_core package in DIR",
     )
     parser.add_argument(
         "--writes",

@@ -9,7 +9,8 @@ worker builds it), holding two big sets of 40% of the items each:
   (``../shared/data``), searched with the datasets' own questions;
 
 and 20% over 99 namespaces x 10 sets (half of the tenants of each vocabulary), whose postings share the
-big sets' posting lists. Searches run in this process on the opened store, with query vectors of the real
+big sets' posting lists; a tenant's set of each vocabulary is timed too (where a plan's fixed cost shows,
+not its scans). Searches run in this process on the opened store, with query vectors of the real
 embedder computed beforehand, so the table is the engine's query alone (what grows with the store); a
 search through the queue adds a constant ~12 ms on this machine (the query's embedding, the queue).
 
@@ -17,9 +18,10 @@ search through the queue adds a constant ~12 ms on this machine (the query's emb
 once inside the dense rescoring of the near-tie break), kept here to compare with; ``now`` is the store's.
 The two alternate query by query on the same store: side by side in one run. Then a worker opens the store
 and the same kind of questions (new ones: cache misses) go through the client and the queue: the search a
-user sees, with the current plan only.
+user sees; with ``--before DIR`` (an earlier ``memory_core``, exported with ``git archive``) a worker running
+that code answers the same questions first.
 
-    ops/bench --hybrid-scale 100000,1000000 [--searches 200]
+    ops/bench --hybrid-scale 100000,1000000 [--searches 200] [--keep] [--before DIR]
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ from memory_core.testing.fused_query import one_query_hybrid
 
 BIG_SHARE = 0.4
 VOCABULARIES = ("template", "real")
+TARGETS = {
+    **{f"{vocabulary}, big set": (vocabulary, Scope(vocabulary, "u", "notes")) for vocabulary in VOCABULARIES},
+    # A tenant's set (20 items at 100k, 202 at 1M): where the plan's fixed cost shows, not its scans.
+    **{f"{v}, a tenant's set": (v, Scope(f"tenant-{n}", "u", "set-0")) for n, v in enumerate(VOCABULARIES)},
+}
 
 
 def _real_words() -> list[str]:
@@ -138,13 +145,12 @@ def _timed_ms(call: Callable[[], Any]) -> float:
 
 
 def measure(path: Path, searches: int) -> dict[str, dict[str, list[float]]]:
-    """p50 inputs per vocabulary: ``before`` / ``now`` hybrid and ``dense``, alternating query by query."""
+    """Latencies per ``TARGETS`` entry: ``before`` / ``now`` hybrid and ``dense``, alternating query by query."""
     embedder = MiniLMEmbedder()
     store = _store(path)
     timings: dict[str, dict[str, list[float]]] = {}
     try:
-        for vocabulary in VOCABULARIES:
-            scope = Scope(vocabulary, "u", "notes")
+        for target, (vocabulary, scope) in TARGETS.items():
             texts = queries(vocabulary, searches)
             vectors = embedder.embed(texts)
             for text, vector in list(zip(texts, vectors, strict=True))[:5]:  # warm-up
@@ -158,16 +164,19 @@ def measure(path: Path, searches: int) -> dict[str, dict[str, list[float]]]:
                 ]
                 for plan, call in calls[n % 3 :] + calls[: n % 3]:  # each goes first in turn: no order favours one
                     runs[plan].append(_timed_ms(call))
-            timings[vocabulary] = runs
+            timings[target] = runs
     finally:
         store.close()
     return timings
 
 
-def through_queue(path: Path, size: int, searches: int) -> dict[str, list[float]]:
-    """Hybrid search in each big set through the client, the queue and a worker on the store (now only):
-    other questions than the engine's table, so every search is a cache miss."""
+def through_queue(path: Path, size: int, searches: int, package: Path | None = None) -> dict[str, list[float]]:
+    """Hybrid search in each big set through the client, the queue and a worker on the store (the worker runs
+    the ``memory_core`` of ``package`` when given): other questions than the engine's table, so every search
+    is a cache miss."""
     env = {**isolated_env("hybrid-scale"), "MEMORY_QDRANT__PATH": str(path)}
+    if package is not None:
+        env["PYTHONPATH"] = str(package)
     os.environ.update(env)
     settings = load_settings()
     clear_prefix(settings.redis.url, settings.redis.key_prefix)
@@ -181,7 +190,7 @@ def through_queue(path: Path, size: int, searches: int) -> dict[str, list[float]
     return timings
 
 
-def run(sizes: list[int], searches: int, keep: bool = False) -> None:
+def run(sizes: list[int], searches: int, keep: bool = False, before: Path | None = None) -> None:
     rows: dict[int, dict[str, dict[str, list[float]]]] = {}
     for size in sizes:
         path = RUN_DIR / f"hybrid-scale-{size}"
@@ -191,8 +200,11 @@ def run(sizes: list[int], searches: int, keep: bool = False) -> None:
             print(f"hybrid scale {size:,}: writing the store", flush=True)
             print(f"hybrid scale {size:,}: written in {build(path, size):.0f} s", flush=True)
         rows[size] = measure(path, searches)
+        if before is not None:
+            for vocabulary, ms in through_queue(path, size, searches, package=before).items():
+                rows[size][f"{vocabulary}, big set"]["through the queue, before"] = ms
         for vocabulary, ms in through_queue(path, size, searches).items():
-            rows[size][vocabulary]["through the queue, now"] = ms
+            rows[size][f"{vocabulary}, big set"]["through the queue, now"] = ms
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
         _print(rows, searches)
@@ -201,21 +213,23 @@ def run(sizes: list[int], searches: int, keep: bool = False) -> None:
 def _print(rows: dict[int, dict[str, dict[str, list[float]]]], searches: int) -> None:
     sizes = list(rows)
     print(
-        f"\n### Hybrid search in a set of 40% of the store, {searches} queries, p50 / p95 ms: the engine's query in "
-        "this process, and the whole search through the queue\n"
+        f"\n### Hybrid search, {searches} queries, p50 / p95 ms: the engine's query in this process (big set: "
+        f"{BIG_SHARE:.0%} of the store), and the whole search through the queue\n"
     )
-    print("| vocabulary | query | " + " | ".join(f"{s:,} items" for s in sizes) + " | last / first p50 |")
+    print("| set | query | " + " | ".join(f"{s:,} items" for s in sizes) + " | last / first p50 |")
     print("|---|---|" + "---|" * len(sizes) + "---|")
-    for vocabulary in VOCABULARIES:
-        for plan in ("before", "now", "dense", "through the queue, now"):
-            cells = [rows[s][vocabulary][plan] for s in sizes]
+    for target in TARGETS:
+        for plan in ("before", "now", "dense", "through the queue, before", "through the queue, now"):
+            if plan not in rows[sizes[0]][target]:
+                continue
+            cells = [rows[s][target][plan] for s in sizes]
             pairs = [f"{statistics.median(c):.2f} / {percentile(c, 0.95):.2f}" for c in cells]
             ratio = statistics.median(cells[-1]) / statistics.median(cells[0])
-            print(f"| {vocabulary} | {plan} | " + " | ".join(pairs) + f" | x{ratio:.2f} |")
+            print(f"| {target} | {plan} | " + " | ".join(pairs) + f" | x{ratio:.2f} |")
     for size in sizes:
-        for vocabulary in VOCABULARIES:
-            runs = rows[size][vocabulary]
+        for target in TARGETS:
+            runs = rows[size][target]
             print(
-                f"{size:,} {vocabulary}: now / before p50 = "
+                f"{size:,} {target}: now / before p50 = "
                 f"{statistics.median(runs['now']) / statistics.median(runs['before']):.2f}"
             )

@@ -87,8 +87,11 @@ def worker(
         "--without-mingle",
         "--without-gossip",
     ]
+    # Celery puts its working directory first on sys.path: a worker given another package (PYTHONPATH in
+    # ``env``, an earlier build to compare with) runs from there, so that package is the one it imports.
+    cwd = env.get("PYTHONPATH", ROOT)
     process = subprocess.Popen(
-        command, cwd=ROOT, env={**os.environ, **env}, stdout=log.open("w"), stderr=subprocess.STDOUT
+        command, cwd=cwd, env={**os.environ, **env}, stdout=log.open("w"), stderr=subprocess.STDOUT
     )
     try:
         deadline = time.monotonic() + 60

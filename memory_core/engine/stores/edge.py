@@ -14,6 +14,7 @@ import logging
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -131,6 +132,16 @@ def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition |
         alternatives = [qe.FieldCondition(key=f"metadata.{name}", match=qe.MatchValue(v)) for v in values]
         conditions.append(alternatives[0] if len(alternatives) == 1 else qe.Filter(should=list(alternatives)))
     return conditions
+
+
+def _keyed(hits: Sequence[qe.ScoredPoint], ids: dict[int, Any]) -> list[tuple[int, float]]:
+    """``hits`` as (the int of the point's UUID, score); ``ids`` maps each int back to the UUID."""
+    ranking = []
+    for hit in hits:
+        point = cast(uuid.UUID, hit.id)
+        ids[point.int] = point
+        ranking.append((point.int, hit.score))
+    return ranking
 
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:
@@ -544,17 +555,19 @@ class EdgeVectorStore:
         ]
         with _translated("search"):
             dense_hits, *lexical_hits = self._items.query_batch(qe.QueryBatchRequest(rankers))
-            lexical = [[(str(hit.id), hit.score) for hit in hits] for hits in lexical_hits]
-            candidates: set[Any] = {point for ranking in lexical for point, _ in ranking}
-            cosines: dict[str, float] = {}
+            # Each read of ``hit.id`` builds a UUID, whose hash is Python code: read it once and key by its int.
+            ids: dict[int, Any] = {}
+            dense_ranking, *lexical = [_keyed(hits, ids) for hits in [dense_hits, *lexical_hits]]
+            candidates = {point for ranking in lexical for point, _ in ranking}
+            cosines: dict[int, float] = {}
             if candidates:
                 # Exact: the filter holds at most ``depth`` ids a lexical ranker, so no index walk.
-                only = qe.Filter(must=[qe.HasIdCondition(candidates)])
+                only = qe.Filter(must=[qe.HasIdCondition({ids[point] for point in candidates})])
                 rescored = self._items.query(qe.QueryRequest(limit=len(candidates), query=dense, filter=only))
-                cosines = {str(hit.id): hit.score for hit in rescored}
-            best = fused_hybrid([(str(hit.id), hit.score) for hit in dense_hits], lexical, cosines, limit)
-            records = self._items.retrieve([point for point, _ in best], with_payload=True, with_vector=False)
-        payloads = {str(record.id): record.payload for record in records}
+                cosines = dict(_keyed(rescored, {}))
+            best = fused_hybrid(dense_ranking, lexical, cosines, limit)
+            records = self._items.retrieve([ids[point] for point, _ in best], with_payload=True, with_vector=False)
+        payloads = {cast(uuid.UUID, record.id).int: record.payload for record in records}
         now = time.time()
         # A point deleted or expired since the rankers read it is left out, as the query would have.
         found = [(payloads.get(point), score) for point, score in best]
