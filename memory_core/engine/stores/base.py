@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -437,6 +438,19 @@ def fused_hybrid(dense: Ranking, lexical: Sequence[Ranking], cosines: Mapping[Po
         for ranking in lexical
     ]
     return dbsf([dense[:depth], *(ranking[:depth] for ranking in tie_broken)])[:limit]
+
+
+def fused_items(best: Ranking, payloads: Mapping[PointKey, Mapping[str, Any] | None]) -> list[MemorySetItem]:
+    """The items of ``fused_hybrid``'s ``best``, from their stored ``payloads``, each scored by the mean of its
+    rankers' scaled scores. A point deleted or expired since the rankers read it is left out, as one fused
+    query would have."""
+    now = time.time()
+    found = [(payloads.get(point), score) for point, score in best]
+    return [
+        from_payload(payload, score=min(1.0, score / HYBRID_RANKERS))
+        for payload, score in found
+        if payload is not None and not is_tombstone(payload) and is_visible(payload, now)
+    ]
 
 
 def require_set(store: VectorStore, scope: Scope) -> MemorySet:

@@ -28,7 +28,6 @@ from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.store_owner import StoreOwner
 from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
-    HYBRID_RANKERS,
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
     LEXICAL,
@@ -45,8 +44,8 @@ from memory_core.engine.stores.base import (
     due,
     from_payload,
     fused_hybrid,
+    fused_items,
     in_scope,
-    is_tombstone,
     is_visible,
     newest_records,
     oldest_by_hash,
@@ -567,15 +566,7 @@ class EdgeVectorStore:
                 cosines = dict(_keyed(rescored, {}))
             best = fused_hybrid(dense_ranking, lexical, cosines, limit)
             records = self._items.retrieve([ids[point] for point, _ in best], with_payload=True, with_vector=False)
-        payloads = {cast(uuid.UUID, record.id).int: record.payload for record in records}
-        now = time.time()
-        # A point deleted or expired since the rankers read it is left out, as the query would have.
-        found = [(payloads.get(point), score) for point, score in best]
-        return [
-            from_payload(payload, score=min(1.0, score / HYBRID_RANKERS))
-            for payload, score in found
-            if payload is not None and not is_tombstone(payload) and is_visible(payload, now)
-        ]
+        return fused_items(best, {cast(uuid.UUID, record.id).int: record.payload for record in records})
 
     def count(self, scope: Scope) -> int:
         with _translated("count"):
