@@ -175,13 +175,11 @@ def through_queue(path: Path, size: int, searches: int, package: Path | None = N
     the ``memory_core`` of ``package`` when given): other questions than the engine's table, so every search
     is a cache miss."""
     env = {**isolated_env("hybrid-scale"), "MEMORY_QDRANT__PATH": str(path)}
-    if package is not None:
-        env["PYTHONPATH"] = str(package)
     os.environ.update(env)
     settings = load_settings()
     clear_prefix(settings.redis.url, settings.redis.key_prefix)
     timings: dict[str, list[float]] = {}
-    with worker(env, name=f"hybrid-scale-worker-{size}"), MemoryClient(settings) as client:
+    with worker(env, name=f"hybrid-scale-worker-{size}", package=package), MemoryClient(settings) as client:
         for vocabulary in VOCABULARIES:
             notes = client.long_term(vocabulary, "u").get_memory_set("notes")
             notes.search("warm-up", limit=10)

@@ -66,11 +66,12 @@ def redis_server(url: str) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def worker(
-    env: dict[str, str], *, name: str = "worker", concurrency: int | None = None
+    env: dict[str, str], *, name: str = "worker", concurrency: int | None = None, package: Path | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Runs ``celery -A memory_core.workers.app worker`` with ``env`` until the block ends; waits until it is ready.
 
-    ``concurrency`` overrides ``MEMORY_CELERY__CONCURRENCY`` (the settings' value by default).
+    ``concurrency`` overrides ``MEMORY_CELERY__CONCURRENCY`` (the settings' value by default). ``package``: a
+    directory holding another ``memory_core`` (an earlier build, to compare with) for the worker to run.
     """
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     log = RUN_DIR / f"{name}.log"
@@ -87,11 +88,11 @@ def worker(
         "--without-mingle",
         "--without-gossip",
     ]
-    # Celery puts its working directory first on sys.path: a worker given another package (PYTHONPATH in
-    # ``env``, an earlier build to compare with) runs from there, so that package is the one it imports.
-    cwd = env.get("PYTHONPATH", ROOT)
+    # Celery puts its working directory first on sys.path, ahead of PYTHONPATH: a worker given another
+    # package also runs from its directory, or it would import this tree's.
+    cwd, path = (ROOT, {}) if package is None else (package, {"PYTHONPATH": str(package)})
     process = subprocess.Popen(
-        command, cwd=cwd, env={**os.environ, **env}, stdout=log.open("w"), stderr=subprocess.STDOUT
+        command, cwd=cwd, env={**os.environ, **env, **path}, stdout=log.open("w"), stderr=subprocess.STDOUT
     )
     try:
         deadline = time.monotonic() + 60

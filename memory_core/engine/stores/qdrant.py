@@ -591,7 +591,7 @@ class QdrantVectorStore:
         with _translated("search"):
             dense_hits, *lexical_hits = self._client.query_batch_points(self._items, requests=rankers)
             lexical = [[(str(hit.id), hit.score) for hit in hits.points] for hits in lexical_hits]
-            candidates: list[Any] = sorted({point for ranking in lexical for point, _ in ranking})
+            candidates: list[Any] = list({point for ranking in lexical for point, _ in ranking})
             cosines: dict[str, float] = {}
             if candidates:
                 # Exact: the filter holds at most ``depth`` ids a lexical ranker, so no index walk.
