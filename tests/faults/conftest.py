@@ -11,8 +11,7 @@ import pytest
 import redis
 
 from memory_core.core.settings import Settings
-from tests.integration.conftest import REDIS_URL
-from tests.integration.processes import rabbitmq_missing, rabbitmq_vhost
+from tests.integration.processes import PrivateRedis, rabbitmq_missing, rabbitmq_vhost
 from tests.integration.waiting import broker_drained, rabbitmq_drained
 
 
@@ -25,11 +24,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def fault_redis_url() -> str:
-    """A Redis DB of its own (13): no in-thread worker of the integration session consumes these queues."""
-    url = REDIS_URL.rsplit("/", 1)[0] + "/13"
-    redis.Redis.from_url(url).flushdb()
-    return url
+def fault_redis_url(private_redis: PrivateRedis) -> str:
+    """A Redis database of the test's own (on the session's private redis-server): no in-thread worker of the
+    integration session consumes these queues."""
+    return private_redis.database_url()
 
 
 @pytest.fixture

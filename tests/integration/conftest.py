@@ -2,7 +2,9 @@
 
 Redis comes from MEMORY_TEST_REDIS_URL (default redis://localhost:6379/15, a DB of
 its own); it is flushed before each test. If it is unreachable the run stops with
-one line saying how to get one: these tests never skip silently.
+one line saying how to get one: these tests never skip silently. No other database
+of that server is touched: a test that needs a Redis apart takes a database of the
+session's own redis-server (the ``private_redis`` fixture).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -79,6 +80,38 @@ def start_redis(port: int, log: Path, *options: str, **client_options: Any) -> s
                 stop(process)
                 raise
             time.sleep(0.05)
+
+
+class PrivateRedis:
+    """A redis-server of the test session's own, on a spare port, handing out its databases one by one.
+
+    A test that needs a Redis apart from the session's (``MEMORY_TEST_REDIS_URL``: queues no worker of the
+    session consumes, fixed names, a broker apart from the cache) takes a database of this server, never
+    another database of the server that URL names: the rest of that server is a developer's, not the tests'.
+    """
+
+    DATABASES = 1024  # more than a session hands out; an empty database costs next to nothing
+
+    def __init__(self, log: Path) -> None:
+        self.port = free_port()
+        self.process = start_redis(self.port, log, "--databases", str(self.DATABASES))
+        self._next = 1  # 0, what a URL without a database means, is never handed out: a stray client shows there
+        self._lock = threading.Lock()
+
+    def database_url(self) -> str:
+        """The URL of a database that no test of this session was given before, flushed."""
+        with self._lock:
+            db, self._next = self._next, self._next + 1
+        if db >= self.DATABASES:
+            raise RuntimeError(f"database {db} asked of a private redis-server of {self.DATABASES}: raise DATABASES")
+        url = f"redis://127.0.0.1:{self.port}/{db}"
+        with redis.Redis.from_url(url) as client:
+            client.flushdb()
+        return url
+
+    def close(self) -> None:
+        """Stops the server (by its process, nothing else); it kept nothing on disk."""
+        stop(self.process)
 
 
 @contextlib.contextmanager

@@ -3,25 +3,23 @@ and a backup taken by the worker, restored after a mistake, brings back exactly 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_core import MemoryClient, load_settings
 from memory_core.core.files import disk_usage
 
-from .conftest import REDIS_URL
-from .processes import free_port
+from .processes import PrivateRedis, free_port
 from .waiting import wait_for
 
 CLI = str(Path(sys.executable).parent / "memory-core")
@@ -30,9 +28,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture
-def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    url = REDIS_URL.rsplit("/", 1)[0] + "/11"  # a DB of its own: no other worker consumes these queues
-    redis.Redis.from_url(url).flushdb()
+def stack_env(private_redis: PrivateRedis, tmp_path: Path) -> Iterator[dict[str, str]]:
+    url = private_redis.database_url()  # a Redis of its own: no other worker consumes these queues
     env = {
         "MEMORY_REDIS__URL": url,
         "MEMORY_REDIS__KEY_PREFIX": "mcstack",
@@ -83,23 +80,37 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
     assert status["queues"] == {"memory.write": 0, "memory.read": 0, "memory.maintenance": 0, "memory.compaction": 0}
     flower = f"http://127.0.0.1:{env['MEMORY_FLOWER__PORT']}"
     wait_for(lambda: _answers(f"{flower}/healthcheck"), 60)
-    time.sleep(6)  # Flower switches task events on in the workers every 5 s (they are off by default)
+
+    def tasks() -> dict[str, Any]:
+        return dict(httpx.get(f"{flower}/api/tasks", auth=AUTH, timeout=5).json())
 
     with MemoryClient(load_settings()) as client:
+        # Flower switches task events on in the workers every 5 s (they are off by default): until it lists a
+        # task, the workers' tasks go unseen. A new set a try, in a namespace of its own, until one is listed.
+        probe, probes = client.long_term("flower-probe", "p"), itertools.count()
+
+        def flower_lists_a_new_task() -> bool:
+            probe.get_or_create_memory_set(f"probe-{next(probes)}")
+            return any(t["name"] == "memory.create_set" for t in tasks().values())
+
+        wait_for(flower_lists_a_new_task, 60, interval=0.5)
+
         ltm = client.long_term("acme", "alice")
         notes = ltm.get_or_create_memory_set("notes", capacity=1000)
         notes.add([f"secret fact {i}" for i in range(120)], ids=[f"n{i}" for i in range(120)])
         assert notes.search("fact 7", limit=3)
 
         # Flower's HTTP API lists the tasks with their states; arguments name the scope, never memory text.
-        def tasks() -> dict[str, Any]:
-            return dict(httpx.get(f"{flower}/api/tasks", auth=AUTH, timeout=5).json())
-
         wait_for(lambda: any(t["name"] == "memory.search" for t in tasks().values()), 30)
         seen = tasks()
         states = {(t["name"], t["state"]) for t in seen.values()}
         assert ("memory.add", "SUCCESS") in states
-        assert ("memory.create_set", "SUCCESS") in states
+        created = [
+            json.loads(t["kwargs"])
+            for t in seen.values()
+            if (t["name"], t["state"]) == ("memory.create_set", "SUCCESS")
+        ]
+        assert {"namespace": "acme", "key": "alice", "set": "notes"} in created  # not only the probes'
         add = next(t for t in seen.values() if t["name"] == "memory.add")
         assert json.loads(add["kwargs"]) == {"namespace": "acme", "key": "alice", "set": "notes", "items": 120}
         assert "secret" not in json.dumps(seen)

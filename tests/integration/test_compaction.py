@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from memory_core import ChatMessage, CompactionConfig, MemoryClient, SummarizerError
 from memory_core.core import routing
@@ -19,8 +19,9 @@ from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker
+from .processes import PrivateRedis
 from .rawbroker import publish_raw
-from .waiting import flush_keeping_heartbeats, wait_for
+from .waiting import broker_drained, wait_for
 
 
 def requests_about(fake: FakeAnthropic, marker: str) -> list[dict[str, Any]]:
@@ -31,8 +32,6 @@ def requests_about(fake: FakeAnthropic, marker: str) -> list[dict[str, Any]]:
 def settle(client: MemoryClient, fake: FakeAnthropic, namespace: str, set_name: str) -> None:
     """Waits until no compaction of the set is queued or running."""
     keys = client.keys
-    import redis
-
     r = redis.Redis.from_url(client.settings.redis.url)
     wait_for(
         lambda: (
@@ -146,7 +145,11 @@ def test_capacity_one_does_not_recurse(client: MemoryClient, namespace: str, fak
     notes.add([f"{namespace} first"])
     notes.add(["second"])
     wait_for(lambda: client.usage(namespace).compactions >= 1)
-    time.sleep(1.0)  # room for any runaway follow-up compaction to show itself
+    # Until all is quiet, not for a while: a runaway follow-up would be queued (its pending flag set) before the
+    # task that caused it is acknowledged, and would hold the set's lock while it ran.
+    broker = redis.Redis.from_url(client.settings.broker_url)
+    wait_for(lambda: broker_drained(broker, client.settings))
+    settle(client, fake_anthropic, namespace, "notes")
     assert len(requests_about(fake_anthropic, namespace)) == 1
     assert [i.compacted for i in notes.get()] == [True]
 
@@ -225,10 +228,9 @@ def test_the_sweep_compacts_sets_left_over_capacity(
 
 
 def test_offline_compaction_keeps_every_fact_it_folds_and_says_which_summarizer_wrote_it(
-    redis_url: str, tmp_path: Path
+    private_redis: PrivateRedis, tmp_path: Path
 ):
-    url = redis_url.rsplit("/", 1)[0] + "/8"  # a DB of its own: this worker has no API key
-    flush_keeping_heartbeats(url)
+    url = private_redis.database_url()  # a Redis of its own: this worker has no API key
     settings = make_settings(url, tmp_path / "store", anthropic={"api_key": ""})
     app = create_app(settings)
     facts = [

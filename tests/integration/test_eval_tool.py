@@ -10,14 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from memory_core.testing.fake_openai import VALID_KEY, FakeOpenAI
 from memory_core.testing.fake_rerank import VALID_KEY as RERANK_KEY
 from memory_core.testing.fake_rerank import FakeRerankEndpoint
 from tests.local_models import FASTEMBED_MINILM, lay_out_minilm
 
-from .processes import ROOT
+from .processes import ROOT, PrivateRedis
 
 EVAL = [sys.executable, str(ROOT / "ops" / "eval.py")]
 DEV_DATA = ROOT.parent / "shared" / "data" / "longmemeval-dev"
@@ -27,12 +26,11 @@ needs_dev_data = pytest.mark.skipif(
 )
 
 
-def _eval_env(redis_url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
-    """The environment of an eval run: a Redis DB of its own, flushed (the eval keeps its store in ops/.run)."""
+def _eval_env(private_redis: PrivateRedis, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of an eval run: a Redis database of its own (the eval keeps its store in ops/.run)."""
     # Celery queue names are not under the key prefix, so the session's in-thread worker (same DB, another
     # prefix) would take the eval's tasks.
-    own_db = redis_url.rsplit("/", 1)[0] + "/12"
-    redis.Redis.from_url(own_db).flushdb()
+    own_db = private_redis.database_url()
     return {**os.environ, "MEMORY_REDIS__URL": own_db, "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"), **extra}
 
 
@@ -108,12 +106,12 @@ def _write(folder: Path, *, longmemeval: bool = False) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("longmemeval", [False, True], ids=["locomo-schema", "longmemeval-schema"])
 def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(
-    redis_url: str, tmp_path: Path, longmemeval: bool
+    private_redis: PrivateRedis, tmp_path: Path, longmemeval: bool
 ):
     data = tmp_path / "data"
     data.mkdir()
     _write(data, longmemeval=longmemeval)
-    output, stdout = _run_eval(data, tmp_path, _eval_env(redis_url, tmp_path))
+    output, stdout = _run_eval(data, tmp_path, _eval_env(private_redis, tmp_path))
     assert "| hybrid (default) |" in stdout
     assert output["embedder"].startswith("minilm:all-MiniLM-L6-v2@")
     results = output["results"]
@@ -132,8 +130,8 @@ def test_eval_loads_a_folder_through_the_worker_and_scores_every_mode(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @needs_dev_data
-def test_eval_runs_with_the_hashing_embedder_and_names_its_fingerprint(redis_url: str, tmp_path: Path):
-    output, stdout = _run_eval(DEV_DATA, tmp_path, _eval_env(redis_url, tmp_path), *QUICK, "--embedder", "hashing")
+def test_eval_runs_with_the_hashing_embedder_and_names_its_fingerprint(private_redis: PrivateRedis, tmp_path: Path):
+    output, stdout = _run_eval(DEV_DATA, tmp_path, _eval_env(private_redis, tmp_path), *QUICK, "--embedder", "hashing")
     assert output["embedder"] == "hashing:hashing-384 (384 d, none pooling, normalized)"
     assert f"embedder: {output['embedder']}" in stdout
     results = output["results"]
@@ -145,17 +143,19 @@ def test_eval_runs_with_the_hashing_embedder_and_names_its_fingerprint(redis_url
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @needs_dev_data
-def test_eval_with_fastembed_on_a_local_minilm_directory_scores_as_the_shipped_minilm(redis_url: str, tmp_path: Path):
+def test_eval_with_fastembed_on_a_local_minilm_directory_scores_as_the_shipped_minilm(
+    private_redis: PrivateRedis, tmp_path: Path
+):
     pytest.importorskip("fastembed", reason="the [fastembed] extra is not installed")
     model_dir = lay_out_minilm(tmp_path / "all-MiniLM-L6-v2")
     (tmp_path / "shipped").mkdir()
     (tmp_path / "local").mkdir()
-    shipped, _ = _run_eval(DEV_DATA, tmp_path / "shipped", _eval_env(redis_url, tmp_path / "shipped"), *QUICK)
+    shipped, _ = _run_eval(DEV_DATA, tmp_path / "shipped", _eval_env(private_redis, tmp_path / "shipped"), *QUICK)
     spec = f"fastembed:{FASTEMBED_MINILM}"
     local, _ = _run_eval(
         DEV_DATA,
         tmp_path / "local",
-        _eval_env(redis_url, tmp_path / "local"),
+        _eval_env(private_redis, tmp_path / "local"),
         *QUICK,
         *("--embedder", spec, "--embedder-path", str(model_dir)),
     )
@@ -171,9 +171,9 @@ def test_eval_with_fastembed_on_a_local_minilm_directory_scores_as_the_shipped_m
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @needs_dev_data
-def test_eval_runs_against_an_openai_compatible_endpoint(redis_url: str, tmp_path: Path):
+def test_eval_runs_against_an_openai_compatible_endpoint(private_redis: PrivateRedis, tmp_path: Path):
     with FakeOpenAI(dimension=32) as endpoint:
-        env = _eval_env(redis_url, tmp_path, MEMORY_EMBEDDER__API_KEY=VALID_KEY)
+        env = _eval_env(private_redis, tmp_path, MEMORY_EMBEDDER__API_KEY=VALID_KEY)
         options = ("--embedder", "openai:text-embedding-3-small", "--embedder-base-url", endpoint.url)
         output, stdout = _run_eval(DEV_DATA, tmp_path, env, *QUICK, *options)
     assert output["embedder"] == "openai:text-embedding-3-small@localhost (32 d, remote pooling, normalized)"
@@ -201,12 +201,14 @@ def test_eval_refuses_a_folder_without_the_files(tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_eval_with_a_reranker_adds_the_reranked_row_and_keeps_the_others_fused(redis_url: str, tmp_path: Path):
+def test_eval_with_a_reranker_adds_the_reranked_row_and_keeps_the_others_fused(
+    private_redis: PrivateRedis, tmp_path: Path
+):
     data = tmp_path / "data"
     data.mkdir()
     _write(data)
     with FakeRerankEndpoint() as endpoint:
-        env = _eval_env(redis_url, tmp_path, MEMORY_RERANK__API_KEY=RERANK_KEY)
+        env = _eval_env(private_redis, tmp_path, MEMORY_RERANK__API_KEY=RERANK_KEY)
         output, stdout = _run_eval(data, tmp_path, env, "--rerank", f"http:{endpoint.url}")
     results = output["results"]
     assert "| hybrid (default), reranked |" in stdout

@@ -24,7 +24,7 @@ from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker
-from .processes import ROOT, celery_process
+from .processes import ROOT, PrivateRedis, celery_process
 from .waiting import queued_tasks, wait_for
 
 
@@ -72,10 +72,9 @@ def test_a_worker_is_seen_by_its_queues_while_it_runs_and_gone_when_it_stops(
     assert set(me.queues) == set(routing.QUEUES)
 
 
-def test_a_caller_waiting_on_a_worker_that_died_stops_waiting(redis_url: str, tmp_path: Path):
+def test_a_caller_waiting_on_a_worker_that_died_stops_waiting(private_redis: PrivateRedis, tmp_path: Path):
     # The worker beats every 0.5 s (gone after 2 s); the caller gives a restart 1 s.
-    url = redis_url.rsplit("/", 1)[0] + "/7"
-    redis.Redis.from_url(url).flushdb()
+    url = private_redis.database_url()
     env = {
         "MEMORY_REDIS__URL": url,
         "MEMORY_QDRANT__PATH": str(tmp_path / "store"),
@@ -96,14 +95,12 @@ def test_a_caller_waiting_on_a_worker_that_died_stops_waiting(redis_url: str, tm
                 process.send_signal(signal.SIGCONT)
                 process.send_signal(signal.SIGKILL)
         assert took < 10, took  # heartbeat expiry (2 s) + grace (1 s), not the 30 s timeout
-    redis.Redis.from_url(url).flushdb()
 
 
 def test_status_lists_workers_it_did_not_start_and_up_never_starts_a_second_on_a_held_store(
-    redis_url: str, tmp_path: Path
+    private_redis: PrivateRedis, tmp_path: Path
 ):
-    url = redis_url.rsplit("/", 1)[0] + "/7"
-    redis.Redis.from_url(url).flushdb()
+    url = private_redis.database_url()
     env = {
         "MEMORY_REDIS__URL": url,
         "MEMORY_QDRANT__PATH": str(tmp_path / "store"),
@@ -130,7 +127,6 @@ def test_status_lists_workers_it_did_not_start_and_up_never_starts_a_second_on_a
         )
         assert f"worker   not started: {seen['name']} (pid {process.pid}" in up.stdout, up.stdout + up.stderr
     subprocess.run([*cli, "down"], cwd=ROOT, env=run_env, capture_output=True, check=False)
-    redis.Redis.from_url(url).flushdb()
 
 
 def test_a_closed_client_says_so(settings: Settings, worker: Celery):

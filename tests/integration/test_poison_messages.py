@@ -28,22 +28,21 @@ from memory_core.core.dispatch import celery_message
 from memory_core.core.models import MemorySet
 from memory_core.core.settings import Settings
 
-from .conftest import REDIS_URL
-from .processes import celery_process
+from .processes import PrivateRedis, celery_process
 from .rawbroker import add_kwargs
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def poisoned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Popen[bytes]]]:
-    """A worker process of its own (a Redis DB of its own) to feed poison to, and its settings."""
-    url = REDIS_URL.rsplit("/", 1)[0] + "/10"
-    redis.Redis.from_url(url).flushdb()
+def poisoned(
+    private_redis: PrivateRedis, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Settings, Popen[bytes]]]:
+    """A worker process of its own (a Redis database of its own) to feed poison to, and its settings."""
+    url = private_redis.database_url()
     env = {"MEMORY_REDIS__URL": url, "MEMORY_QDRANT__PATH": str(tmp_path_factory.mktemp("poison-qdrant"))}
     with celery_process("worker", env, tmp_path_factory.mktemp("poison") / "worker.log") as worker:
         yield Settings(_env_file=None, redis={"url": url}, client={"timeout": 20}), worker
-    redis.Redis.from_url(url).flushdb()
 
 
 @pytest.fixture(scope="module")

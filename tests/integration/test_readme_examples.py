@@ -18,8 +18,7 @@ from memory_core.workers.app import create_app
 
 from .conftest import make_settings
 from .in_thread import in_thread_worker
-from .processes import ROOT
-from .waiting import flush_keeping_heartbeats
+from .processes import ROOT, PrivateRedis
 
 pytestmark = pytest.mark.slow
 
@@ -40,9 +39,8 @@ def test_the_examples_are_found():
 
 
 @pytest.fixture
-def readers_deployment(redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    url = redis_url.rsplit("/", 1)[0] + "/5"  # a DB of its own: the examples use fixed names ("acme")
-    flush_keeping_heartbeats(url)
+def readers_deployment(private_redis: PrivateRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    url = private_redis.database_url()  # a Redis of its own: the examples use fixed names ("acme")
     env = {
         "MEMORY_REDIS__URL": url,
         "MEMORY_REDIS__KEY_PREFIX": "mcreadme",

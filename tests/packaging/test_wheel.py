@@ -18,13 +18,11 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-import redis
 from packaging.requirements import Requirement
 
-from tests.integration.processes import celery_process
+from tests.integration.processes import PrivateRedis, celery_process
 
 ROOT = Path(__file__).resolve().parents[2]
-REDIS_URL = os.environ.get("MEMORY_TEST_REDIS_URL", "redis://localhost:6379/15").rsplit("/", 1)[0] + "/3"
 
 WORKER_ONLY = [
     "celery",
@@ -72,6 +70,12 @@ def client_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _venv(str(wheel), tmp_path_factory.mktemp("client-venv"))
 
 
+@pytest.fixture
+def own_url(private_redis: PrivateRedis) -> str:
+    """A Redis database of the test's own: the installed worker and client meet there."""
+    return private_redis.database_url()
+
+
 def _run(venv: Path, cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "PYTHON"))}
     return subprocess.run(
@@ -97,13 +101,15 @@ def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker_and_nothin
 
 
 @pytest.mark.timeout(900)
-def test_the_plain_install_is_the_client_alone_and_says_what_a_worker_needs(client_venv: Path, tmp_path: Path):
+def test_the_plain_install_is_the_client_alone_and_says_what_a_worker_needs(
+    client_venv: Path, own_url: str, tmp_path: Path
+):
     script = textwrap.dedent(
         f"""
         import importlib.util, json
         from memory_core import MemoryClient, NoWorkerAvailable, Settings
 
-        settings = Settings(_env_file=None, redis={{"url": {REDIS_URL!r}, "key_prefix": "mcwheel"}})
+        settings = Settings(_env_file=None, redis={{"url": {own_url!r}, "key_prefix": "mcwheel"}})
         with MemoryClient(settings) as client:
             try:
                 client.long_term("acme", "alice").get_or_create_memory_set("notes")
@@ -124,30 +130,29 @@ def test_the_plain_install_is_the_client_alone_and_says_what_a_worker_needs(clie
 
 
 @pytest.mark.timeout(900)
-def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, tmp_path: Path):
+def test_the_worker_extra_gives_the_cli_and_a_worker_that_embeds(venv: Path, own_url: str, tmp_path: Path):
     version = _run(venv, tmp_path, str(venv / "bin" / "memory-core"), "--version")
     assert version.returncode == 0, version.stderr
     assert version.stdout.strip() == f"memory-core {metadata.version('memory-core')}"
-    assert _worker_finds_a_fact(venv, tmp_path) == "Alice is allergic to peanuts."
+    assert _worker_finds_a_fact(venv, own_url, tmp_path) == "Alice is allergic to peanuts."
 
 
 @pytest.mark.timeout(900)
-def test_a_worker_runs_at_the_floor_of_every_worker_range(wheel: Path, tmp_path: Path):
+def test_a_worker_runs_at_the_floor_of_every_worker_range(wheel: Path, own_url: str, tmp_path: Path):
     # The worker extra's own floors (Celery, the Qdrant engines, onnxruntime, the SDK...), with the base
     # dependencies at whatever those floors resolve to: the oldest worker a deployment may build must embed.
     where = tmp_path / "worker-floor-venv"
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, f"{wheel}[worker]", *_floors("worker")], check=True, timeout=900)
-    assert _worker_finds_a_fact(where, tmp_path) == "Alice is allergic to peanuts."
+    assert _worker_finds_a_fact(where, own_url, tmp_path) == "Alice is allergic to peanuts."
 
 
-def _worker_finds_a_fact(venv: Path, tmp_path: Path) -> str:
-    """Runs ``celery -A memory_core.workers.app worker`` from ``venv``; a client from the same venv adds two facts and
-    searches; returns what the search found first."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
+def _worker_finds_a_fact(venv: Path, redis_url: str, tmp_path: Path) -> str:
+    """Runs ``celery -A memory_core.workers.app worker`` from ``venv`` on ``redis_url``; a client from the same venv
+    adds two facts and searches; returns what the search found first."""
     env = {
-        "MEMORY_REDIS__URL": REDIS_URL,
+        "MEMORY_REDIS__URL": redis_url,
         "MEMORY_QDRANT__PATH": str(tmp_path / "store"),
         "MEMORY_METRICS__ENABLED": "false",
         "MEMORY_CELERY__POOL": "threads",
@@ -185,7 +190,6 @@ def _worker_finds_a_fact(venv: Path, tmp_path: Path) -> str:
         worker.terminate()
         worker.wait(timeout=60)
         log.close()
-        redis.Redis.from_url(REDIS_URL).flushdb()
 
 
 def _floors(extra: str | None = None) -> list[str]:
@@ -201,15 +205,14 @@ def _floors(extra: str | None = None) -> list[str]:
 
 
 @pytest.mark.timeout(900)
-def test_the_client_works_at_the_floor_of_every_range(wheel: Path, tmp_path: Path):
+def test_the_client_works_at_the_floor_of_every_range(wheel: Path, own_url: str, tmp_path: Path):
     # Ranges are a promise to the apps that install memory-core next to their own pins: the oldest
     # versions they allow must work too. The worker runs from this checkout's environment.
     where = tmp_path / "floor-venv"
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, timeout=120)
     pip = [str(where / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, str(wheel), *_floors()], check=True, timeout=600)
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    env = {"MEMORY_REDIS__URL": REDIS_URL, "MEMORY_QDRANT__PATH": str(tmp_path / "store")}
+    env = {"MEMORY_REDIS__URL": own_url, "MEMORY_QDRANT__PATH": str(tmp_path / "store")}
     script = textwrap.dedent(
         """
         from memory_core import MemoryClient, load_settings
@@ -224,10 +227,7 @@ def test_the_client_works_at_the_floor_of_every_range(wheel: Path, tmp_path: Pat
             print(client.session("acme", "chat-1").token_buffer(2000).load({}))
         """
     )
-    try:
-        with celery_process("worker", {**env, "MEMORY_METRICS__ENABLED": "false"}, tmp_path / "worker.log"):
-            done = _run(where, tmp_path, str(where / "bin" / "python"), "-c", script, env=env)
-    finally:
-        redis.Redis.from_url(REDIS_URL).flushdb()
+    with celery_process("worker", {**env, "MEMORY_METRICS__ENABLED": "false"}, tmp_path / "worker.log"):
+        done = _run(where, tmp_path, str(where / "bin" / "python"), "-c", script, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["Alice is allergic to peanuts.", "{'step': 2}", "{'history': ''}"]
