@@ -10,17 +10,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import textwrap
+import typing
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import redis
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_settings import SettingsError
 
 from memory_core.core.errors import BrokerUnavailable, ConfigurationError, InvalidRequestError, MemoryCoreError
 from memory_core.core.models import describe
+from memory_core.core.settings import Settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 
@@ -108,6 +112,8 @@ def _explained(exc: Exception) -> tuple[int, str]:
     """The exit code and the one line a failure is reported by."""
     if isinstance(exc, ConfigurationError | InvalidRequestError):
         return EXIT_USAGE, str(exc)
+    if isinstance(exc, SettingsError):  # raised by pydantic-settings before any validation: load_settings lets it by
+        return EXIT_USAGE, _unparsed_setting(exc)
     if isinstance(exc, ValidationError):  # an argument that fails a request's validation
         return EXIT_USAGE, describe(exc, "argument")
     if isinstance(exc, BrokerUnavailable):
@@ -121,6 +127,43 @@ def _explained(exc: Exception) -> tuple[int, str]:
     if isinstance(exc, OSError):
         return EXIT_FAILED, f"{exc.filename or 'I/O'}: {exc.strerror or exc}"
     raise exc  # a bug of ours: the traceback is what a report needs
+
+
+def _unparsed_setting(exc: SettingsError) -> str:
+    """The line for a list or object setting whose value is not JSON; pydantic-settings names only its group."""
+    found = re.search(r'field "(\w+)"', str(exc))
+    group = found.group(1) if found else ""
+    named = [name for name in _json_settings(group) if name in os.environ and not _is_json(os.environ[name])]
+    what = " and ".join(named) or f"a MEMORY_{group.upper()}__* setting"
+    return (
+        f"invalid settings: {what} is not JSON ({exc.__cause__ or exc}); a setting that holds a list or an object "
+        """takes JSON, e.g. MEMORY_REDACTION__KINDS='["email", "phone"]'"""
+    )
+
+
+def _json_settings(group: str) -> list[str]:
+    """The variables of a settings group that pydantic-settings reads as JSON: the group as a whole, and each of
+    its fields that holds a list, a mapping or a model."""
+    field = Settings.model_fields.get(group)
+    model = field.annotation if field is not None else None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return []
+    variable = f"MEMORY_{group.upper()}"
+    composite = [
+        f"{variable}__{name.upper()}"
+        for name, inner in model.model_fields.items()
+        if typing.get_origin(inner.annotation) in (list, dict, set, tuple)
+        or (isinstance(inner.annotation, type) and issubclass(inner.annotation, BaseModel))
+    ]
+    return [variable, *composite]
+
+
+def _is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _version() -> str:

@@ -71,6 +71,12 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=10)
     p.add_argument("--mode", choices=["hybrid", "dense", "lexical"], default="hybrid")
     p.add_argument(
+        "--rerank",
+        action=argparse.BooleanOptionalAction,
+        help="ask the workers' reranker (MEMORY_RERANK__MODEL) to order the hits (refused where they have none), "
+        "or turn it off for this search (default: as the workers are set)",
+    )
+    p.add_argument(
         "--filter",
         action="append",
         default=[],
@@ -253,7 +259,7 @@ def _items_search(args: argparse.Namespace, rest: list[str]) -> int:
     filters = dict(_filter(text) for text in args.filter) or None
     with _client() as client:
         ltm = client.long_term(args.namespace, args.key)
-        hits = ltm.search(args.set, args.query, limit=args.limit, filters=filters, mode=mode)
+        hits = ltm.search(args.set, args.query, limit=args.limit, filters=filters, mode=mode, rerank=args.rerank)
     emit(args, [i.model_dump(mode="json") for i in hits], lambda: [f"{i.score:.3f}  {i.id}  {i.value}" for i in hits])
     return EXIT_OK
 

@@ -11,10 +11,12 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,6 +36,14 @@ def answers(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2).ping())
     except redis.RedisError:
         return False
+
+
+def free_port(address: str) -> int:
+    """A port free on ``address`` now, for a process started next to listen on."""
+    family, kind, _, _, where = socket.getaddrinfo(address, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind) as probe:
+        probe.bind(where)
+        return int(probe.getsockname()[1])
 
 
 def redis_binary() -> str:
@@ -90,6 +100,7 @@ class Process:
     pid: int | None
     log: Path
     log_start: int = 0  # where this run's lines begin: the log keeps earlier runs' lines before them
+    env: Mapping[str, str] = field(default_factory=dict)  # what ``start`` set in its environment, besides ours
 
     def log_text(self) -> str:
         """What this run has logged so far."""
@@ -149,7 +160,7 @@ class LocalStack:
                 start_new_session=True,
             )
         (self.run_dir / f"{name}.pid").write_text(f"{child.pid}\n")
-        return Process(name, child.pid, current.log, log_start=start)
+        return Process(name, child.pid, current.log, log_start=start, env=dict(env or {}))
 
     def wait_until(self, process: Process, ready: str, timeout: float = 60.0) -> None:
         """Waits for ``ready`` in this run's log lines; raises with their tail if it dies or times out.

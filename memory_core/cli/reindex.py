@@ -67,16 +67,31 @@ def _reindex(args: argparse.Namespace, rest: list[str]) -> int:
 def _follow(admin: Admin, status: ReindexStatus, *, quiet: bool) -> ReindexStatus:
     """Shows the reindex's progress until it is complete (or aborted); Ctrl-C stops following, not the work."""
     progress = Progress("re-embedded (2 passes)", 2 * status.total, quiet=quiet)
+    told = ""
     try:
         while status.state == "building":
             time.sleep(POLL)
             status = admin.reindex("status")  # also resumes parts a killed worker left
             progress.advance(max(0, min(status.scanned, 2 * status.total) - progress.done))
+            if status.target_error != told and not quiet:
+                told = status.target_error
+                print(f"\n{_target_line(status)}" if told else "\nthe target answers again", flush=True)
     except KeyboardInterrupt:
         print("\nstopped following; the reindex goes on (memory-core reindex --status)")
     finally:
         progress.finish()
     return status
+
+
+def _clock(moment: float | None) -> str:
+    return "never" if moment is None else time.strftime("%H:%M:%S", time.localtime(moment))
+
+
+def _target_line(status: ReindexStatus) -> str:
+    return (
+        f"target unreachable: {status.target_error}, retrying (since {_clock(status.target_error_since)}; last "
+        f"success {_clock(status.last_success_at)}); the live store is not affected"
+    )
 
 
 def describe(status: ReindexStatus) -> list[str]:
@@ -88,12 +103,16 @@ def describe(status: ReindexStatus) -> list[str]:
         f"reindex {status.state}: {status.source_collection} -> {status.collection}",
         f"  from {status.source}",
         f"  to   {status.target}",
-        f"  {reads}, {status.copied:,} copied, {status.parts_done}/{status.parts} parts done",
+        f"  {reads}, {status.copied:,} copied, {status.parts_done}/{status.parts} parts done, {status.owed:,} owed",
     ]
+    if status.target_error:
+        lines.append(f"  {_target_line(status)}")
+    restart = " ".join(status.restart) or f"MEMORY_EMBEDDER__MODEL={status.target_spec}"
     next_step = {
         "building": "follow it with `memory-core reindex --status`; stop it with `memory-core reindex --abort --yes`",
-        "complete": f"restart the workers with MEMORY_EMBEDDER__MODEL={status.target_spec} (the first to start "
-        "switches the store); writes reach both collections until then",
+        "complete": f"restart every worker with {restart} (and the target's API key in MEMORY_EMBEDDER__API_KEY if "
+        "it needs one); the first to start catches up what is still owed and switches the store; writes reach "
+        "both collections until then",
         "switched": "the workers run the new embedder; `memory-core reindex --drop-old --yes` frees the old collection"
         if not status.source_dropped
         else "the workers run the new embedder; the old collection is dropped",

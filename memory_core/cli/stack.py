@@ -1,22 +1,20 @@
-"""``up``, ``down``, ``status``, ``worker``, ``beat``, ``flower``: the processes of memory-core."""
+"""``up``, ``down``, ``worker``, ``beat``, ``flower``, ``mcp``: the processes of memory-core (``status``, which
+looks at them, is in ``status``)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import sys
-import time
 from typing import Any
 
-import redis
-
-from memory_core.cli import EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, emit
-from memory_core.cli.local import LocalStack, answers, celery_command, redis_command
-from memory_core.core import routing
+from memory_core.cli import EXIT_OK, EXIT_USAGE, status
+from memory_core.cli.local import LocalStack, Process, answers, celery_command, free_port, redis_command
 from memory_core.core.dispatch import open_redis
 from memory_core.core.errors import ConfigurationError
-from memory_core.core.keys import Keys, decoded
+from memory_core.core.keys import Keys
 from memory_core.core.liveness import WorkerInfo, holding, live_workers
 from memory_core.core.settings import Settings, load_settings, redact_url
 
@@ -30,14 +28,18 @@ def register(sub: Any) -> None:
     up.set_defaults(run=_up)
     down = sub.add_parser("down", help="stop what `up` started (warm shutdown: tasks in hand finish)")
     down.set_defaults(run=_down)
-    status = sub.add_parser("status", help="processes, queue depths, dead letters, the store's location and size")
-    status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(run=_status)
+    status.register(sub)
     for name, text in (
         ("worker", "run a worker in the foreground (celery worker options may follow)"),
-        ("beat", "run the beat scheduler in the foreground"),
+        ("beat", "run the beat scheduler in the foreground (celery beat options may follow)"),
     ):
-        parser = sub.add_parser(name, help=text)
+        parser = sub.add_parser(
+            name,
+            help=text,
+            description=f"{text[0].upper()}{text[1:]}. Every option after `memory-core {name}` but -h is passed "
+            f"to `celery {name}` as it is: e.g. {PASSED_THROUGH[name]}. `celery -A memory_core.workers.app {name} "
+            "--help` lists them.",
+        )
         parser.set_defaults(run=_foreground, passthrough=True, kind=name)
     flower = sub.add_parser("flower", help="run Flower: basic auth from MEMORY_FLOWER__BASIC_AUTH, or --dev")
     flower.add_argument("--dev", action="store_true", help="only on 127.0.0.1, with a password made for the run")
@@ -50,6 +52,13 @@ def register(sub: Any) -> None:
     mcp.add_argument("--host", help="listen address with --http (default MEMORY_MCP__ADDRESS)")
     mcp.add_argument("--port", type=int, help="port with --http (default MEMORY_MCP__PORT)")
     mcp.set_defaults(run=_mcp)
+
+
+PASSED_THROUGH = {
+    "worker": "--concurrency 8, -Q memory.read,memory.write (the queues to consume), -l DEBUG",
+    "beat": "-l DEBUG",
+}
+"""Examples of Celery's options, for the help of ``worker`` and ``beat``."""
 
 
 def worker_args(settings: Settings) -> list[str]:
@@ -130,13 +139,14 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
     else:
         print(f"redis    answers at {redact_url(url)} (not started here)")
     holders = _holders(settings)
+    worker: Process | None = None
     if holders:  # one process owns an embedded store: a second worker on it could only fail
         held = holders[0]
         print(
             f"worker   not started: {held.name} (pid {held.pid} on {held.host}) serves {settings.qdrant.path.resolve()}"
         )
     else:
-        worker = local.start("worker", celery_command("worker", *worker_args(settings)))
+        worker = local.start("worker", celery_command("worker", *worker_args(settings)), _metrics_port(settings))
         local.wait_until(worker, " ready.", timeout=120)
         print(f"worker   pid {worker.pid}  log {worker.log}")
     if not args.no_beat:
@@ -155,8 +165,35 @@ def _up(args: argparse.Namespace, rest: list[str]) -> int:
                 f"flower   pid {flower.pid}  http://{settings.flower.address}:{settings.flower.port}  log {flower.log}"
             )
     if settings.metrics.enabled:
-        print(f"metrics  http://{settings.metrics.address}:{settings.metrics.port}/metrics")
+        print(f"metrics  {_metrics_line(settings, worker)}")
     return EXIT_OK
+
+
+def _metrics_port(settings: Settings) -> dict[str, str]:
+    """The worker's environment for its metrics: with ``MEMORY_METRICS__PORT=0``, ``up`` picks the free port
+    itself, so it can say which (the worker picks one before its logging is set up: its log does not say)."""
+    metrics = settings.metrics
+    if not metrics.enabled or metrics.port != 0:
+        return {}
+    try:
+        return {"MEMORY_METRICS__PORT": str(free_port(metrics.address))}
+    except OSError:  # an address this machine has not: the worker says so in its log
+        return {}
+
+
+def _metrics_line(settings: Settings, worker: Process | None) -> str:
+    """Where the worker started here serves its metrics: a port taken by another process serves nothing (the
+    worker logs why); a worker started elsewhere serves them where its own settings say."""
+    metrics = settings.metrics
+    if worker is not None:
+        refused = re.search(r"metrics not served: .*", worker.log_text())
+        if refused:
+            return refused.group(0)
+        port = worker.env.get("MEMORY_METRICS__PORT", str(metrics.port))
+        return f"http://{metrics.address}:{port}/metrics"
+    if metrics.port == 0:
+        return f"http://{metrics.address}:<the port its worker picked>/metrics"
+    return f"http://{metrics.address}:{metrics.port}/metrics"
 
 
 def _holders(settings: Settings) -> list[WorkerInfo]:
@@ -176,139 +213,6 @@ def _down(args: argparse.Namespace, rest: list[str]) -> int:
         if local.stop(process.name):
             print(f"stopped {process.name} (pid {process.pid})")
     return EXIT_OK
-
-
-def _status(args: argparse.Namespace, rest: list[str]) -> int:
-    settings = load_settings()
-    local = LocalStack(settings)
-    url = redact_url(settings.redis.url)
-    report: dict[str, Any] = {
-        "processes": {p.name: {"pid": p.pid, "running": p.running, "log": str(p.log)} for p in local.processes()},
-        "redis": {"url": url, "answers": answers(settings.redis.url)},
-    }
-    if report["redis"]["answers"]:
-        report.update(_queues(settings))
-    emit(args, report, lambda: _status_rows(report))
-    if not report["redis"]["answers"]:
-        print(
-            f"memory-core status: Redis does not answer at {url}: start it (`memory-core up` starts one on this "
-            "machine), or point MEMORY_REDIS__URL at the deployment's",
-            file=sys.stderr,
-        )
-        return EXIT_UNREACHABLE
-    return EXIT_OK
-
-
-def _stores(workers: list[WorkerInfo]) -> list[dict[str, Any]]:
-    """The stores the live workers serve, as they say in their heartbeats (never this shell's settings, which
-    may name another directory than the workers')."""
-    stores: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for w in workers:
-        backend = w.store or ("edge" if w.embedded_store else "")
-        location = w.store_location or w.embedded_store
-        if not backend:  # a worker of an earlier version on a Qdrant server says nothing of its store
-            continue
-        host = w.host if backend != "server" else ""  # a path is a store per machine; a URL is one store
-        entry = stores.setdefault(
-            (backend, location, host),
-            {
-                "backend": backend,
-                "location": location,
-                "host": host or None,
-                "bytes": None,
-                "workers": [],
-                "embedders": [],
-            },
-        )
-        entry["workers"].append(w.name)
-        if w.embedder and w.embedder not in entry["embedders"]:  # a worker of an earlier version says nothing
-            entry["embedders"].append(w.embedder)
-        if w.store_bytes is not None:
-            entry["bytes"] = w.store_bytes
-    return list(stores.values())
-
-
-def _queues(settings: Settings) -> dict[str, Any]:
-    client = open_redis(settings)
-    # The queues live on the broker, which may be another Redis than the caches' (MEMORY_CELERY__BROKER_URL).
-    separate = settings.broker_is_redis and settings.broker_url != settings.redis.url
-    broker = open_redis(settings, url=settings.broker_url) if separate else client
-    keys = Keys(settings.redis.key_prefix)
-    try:
-        broker_is_redis = settings.broker_is_redis
-        prefix = settings.broker_key_prefix
-        depths = {q: int(broker.llen(prefix + q)) for q in routing.QUEUES} if broker_is_redis else {}
-        unacked = int(broker.hlen(prefix + "unacked")) if broker_is_redis else None
-        namespaces = sorted(decoded(n) for n in client.smembers(keys.dead_letter_namespaces()))
-        letters = {n: int(client.llen(keys.dead_letters(n))) for n in namespaces}
-        # Letters that name no namespace are listed, and dropped, as those of !ops (`dead-letters list`).
-        letters[routing.OPS_NAMESPACE] = int(client.llen(keys.unroutable_dead_letters()))
-        letters = {n: c for n, c in letters.items() if c}
-        workers = live_workers(client, keys)
-    except redis.RedisError as exc:
-        return {"error": str(exc)}
-    finally:
-        client.close()
-        if separate:
-            broker.close()
-    now = time.time()
-    return {
-        "workers": [
-            {
-                "name": w.name,
-                "host": w.host,
-                "pid": w.pid,
-                "queues": list(w.queues),
-                "embedded_store": w.embedded_store or None,
-                "store": w.store or None,
-                "store_location": w.store_location or None,
-                "store_bytes": w.store_bytes,
-                "embedder": w.embedder or None,
-                "up_seconds": round(now - w.started_at),
-            }
-            for w in workers
-        ],
-        "stores": _stores(workers),
-        "queues": depths,
-        "unacked": unacked,
-        "dead_letters": {
-            "total": sum(letters.values()),
-            "by_namespace": letters,
-            "unroutable": letters.get(routing.OPS_NAMESPACE, 0),
-        },
-    }
-
-
-def _status_rows(report: dict[str, Any]) -> list[str]:
-    rows = [f"redis    {report['redis']['url']}: {'answers' if report['redis']['answers'] else 'DOES NOT ANSWER'}"]
-    if "workers" in report:
-        workers = report["workers"]
-        rows.append(f"workers  {len(workers) or 'none'} alive (by their heartbeats, whoever started them)")
-        for w in workers:
-            rows.append(
-                f"  {w['name']}  pid {w['pid']} on {w['host']}, up {w['up_seconds']}s: {', '.join(w['queues'])}"
-            )
-    started = [f"{name} (pid {p['pid']})" for name, p in report["processes"].items() if p["running"]]
-    if started:
-        rows.append(f"up       started here and running: {', '.join(started)}")
-    for queue, depth in report.get("queues", {}).items():
-        rows.append(f"queue    {queue:<20} {depth} waiting")
-    if report.get("unacked") is not None:
-        rows.append(f"unacked  {report['unacked']} delivered, not yet acknowledged")
-    if "dead_letters" in report:
-        letters = report["dead_letters"]
-        detail = ", ".join(f"{n}: {c}" for n, c in letters["by_namespace"].items()) or "none"
-        rows.append(f"dead     {letters['total']} dead letters ({detail})")
-    if "stores" in report:
-        for store in report["stores"]:
-            size = f", {store['bytes'] / 1e6:.1f} MB" if store["bytes"] is not None else ""
-            where = f" on {store['host']}" if store["host"] else ""
-            rows.append(f"store    {store['backend']} at {store['location']}{where}{size}")
-            # The fingerprint the workers run; the store refuses workers of any other.
-            rows.extend(f"embedder {embedder}" for embedder in store["embedders"])
-        if not report["stores"]:
-            rows.append("store    unknown: no live worker reports the store it serves")
-    return rows
 
 
 def _mcp(args: argparse.Namespace, rest: list[str]) -> int:

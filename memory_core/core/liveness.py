@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -52,6 +53,7 @@ class WorkerInfo:
     store_location: str = ""  # the embedded store's absolute path, or the Qdrant server's URL (no password)
     store_bytes: int | None = None  # the embedded store's size on disk, measured every STORE_MEASURE_INTERVAL
     embedder: str = ""  # the fingerprint of the embedder it runs (``describe()``); empty before it loaded it
+    reranker: str | None = None  # its MEMORY_RERANK__MODEL (``reranker_of``), "" when off; None: an earlier version
 
     def __post_init__(self) -> None:
         if not self.name:  # unique even for two workers of one node name (in one process, or after a restart)
@@ -68,6 +70,16 @@ class WorkerInfo:
             raise TypeError(f"a heartbeat is a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)} - {"queues"}
         return cls(**{k: v for k, v in data.items() if k in known}, queues=tuple(data.get("queues", ())))
+
+
+def reranker_of(model: str) -> str:
+    """What a worker publishes of its reranker (``MEMORY_RERANK__MODEL``, "" when off): an endpoint's URL without
+    credentials, query or fragment, which may carry a key."""
+    provider, _, url = model.partition(":")
+    if provider != "http":
+        return model
+    parts = urlsplit(url)
+    return f"http:{urlunsplit((parts.scheme, parts.netloc.rpartition('@')[2], parts.path, '', ''))}"
 
 
 def store_fields(qdrant: QdrantSettings) -> dict[str, Any]:

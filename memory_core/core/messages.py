@@ -8,9 +8,10 @@ version it does not know instead of guessing. Replies are small JSON objects.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -33,6 +34,7 @@ from memory_core.core.models import (
     SearchMode,
     SetName,
 )
+from memory_core.core.settings import embedder_spec
 from memory_core.core.validation import MAX_TTL_SECONDS
 
 SCHEMA_VERSION = 1
@@ -383,7 +385,7 @@ class ReindexRequest(_Wire):
 
     v: Literal[1] = 1
     action: Literal["start", "status", "abort", "drop_old", "kick"]
-    to: str | None = Field(default=None, pattern=r"^(all-MiniLM-L6-v2|hashing|fastembed:\S+|openai:\S+)$")
+    to: Annotated[str, AfterValidator(embedder_spec)] | None = None
     """The target embedder (``MEMORY_EMBEDDER__MODEL`` syntax); ``start`` only."""
     path: str | None = Field(default=None, min_length=1, max_length=4096)
     """A local model directory for the target (``MEMORY_EMBEDDER__PATH`` of the new setting)."""
@@ -406,9 +408,10 @@ REINDEX_PARTS = 16
 
 
 class ReindexBatch(_Wire):
-    """memory.reindex_batch: copy the next batch of one part of the store (sent by workers to themselves)."""
+    """memory.reindex_batch: copy the next batch of one part of the store (sent by workers to themselves);
+    part ``REINDEX_PARTS`` is the catch-up of the writes the new collection is owed."""
 
-    part: StrictInt = Field(ge=0, lt=REINDEX_PARTS)
+    part: StrictInt = Field(ge=0, le=REINDEX_PARTS)
 
 
 class ReindexStatus(_Wire):
@@ -436,6 +439,16 @@ class ReindexStatus(_Wire):
     started_at: float | None = None
     completed_at: float | None = None
     source_dropped: bool = False
+    owed: int = 0
+    """Writes the new collection is owed (made while the reindex runs, caught up in the background)."""
+    target_error: str = ""
+    """Why the new model's endpoint failed the last batches ("" while it answers): the reindex retries, with
+    backoff, and the live store is not affected."""
+    target_error_since: float | None = None
+    last_success_at: float | None = None
+    """When a batch last embedded for the new collection."""
+    restart: list[str] = Field(default_factory=list)
+    """The settings the workers restart with to switch (``MEMORY_EMBEDDER__*=...``, every one the target needs)."""
 
 
 class ErrorInfo(_Wire):

@@ -29,6 +29,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from memory_core.core.errors import ConfigurationError
@@ -170,15 +171,109 @@ class QdrantSettings(_Group):
     unset in production."""
 
 
+EMBEDDER_SPECS = (
+    "minilm (the shipped default), fastembed:<model> (e.g. fastembed:BAAI/bge-small-en-v1.5) or openai:<model>"
+)
+"""The forms ``MEMORY_EMBEDDER__MODEL`` accepts, as error messages name them (``hashing``, for tests, goes unsaid)."""
+
+_FIXED_EMBEDDERS = {
+    "all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "minilm": "all-MiniLM-L6-v2",
+    "minilm:all-MiniLM-L6-v2": "all-MiniLM-L6-v2",
+    "hashing": "hashing",
+}
+"""The specs of one fixed model, each with the spelling it is kept in. ``memory-core status`` names the shipped
+model ``minilm:all-MiniLM-L6-v2`` (its fingerprint's provider and model); a store recorded its collection and
+spec as ``all-MiniLM-L6-v2`` before, so every spelling of it is kept as that."""
+_EMBEDDER_PROVIDERS = ("fastembed", "openai")
+
+
+def _did_you_mean(spec: str | None) -> str:
+    return "" if spec is None else f"; did you mean {redact_url(spec)!r}?"
+
+
+def embedder_spec(value: str) -> str:
+    """``value`` as a ``MEMORY_EMBEDDER__MODEL`` spec, in the spelling the workers keep (``minilm`` is kept as
+    ``all-MiniLM-L6-v2``).
+
+    Raises ``ValueError`` (pydantic's, so a setting's error shows its message alone) naming the accepted forms
+    and, for a near miss, the spec probably meant.
+    """
+    fixed = _FIXED_EMBEDDERS.get(value)
+    if fixed is not None:
+        return fixed
+    provider, _, name = value.partition(":")
+    if provider in _EMBEDDER_PROVIDERS and name and not any(c.isspace() for c in name):
+        return value
+    if provider in _EMBEDDER_PROVIDERS and not name.strip():
+        raise PydanticCustomError("embedder_spec", f"{provider}: needs a model name; expected {EMBEDDER_SPECS}")
+    raise PydanticCustomError("embedder_spec", f"expected {EMBEDDER_SPECS}{_did_you_mean(_embedder_near_miss(value))}")
+
+
+def _embedder_near_miss(value: str) -> str | None:
+    """The spec a mistyped one probably meant: another case or spacing, a misspelt provider, a model without its
+    provider (or after a ``/``), the shipped model by its full name."""
+    typed = value.strip()
+    lowered = typed.lower()
+    if lowered in ("minilm", "hashing"):
+        return lowered
+    if lowered.endswith(("minilm-l6-v2", "minilm")):  # all-minilm-l6-v2, sentence-transformers/all-MiniLM-L6-v2
+        return "minilm"
+    if any(c.isspace() for c in typed):
+        return None
+    if lowered.startswith("text-embedding-"):  # OpenAI's models
+        return f"openai:{typed}"
+    for separator in (":", "/"):
+        provider, found, name = typed.partition(separator)
+        close = difflib.get_close_matches(provider.lower(), _EMBEDDER_PROVIDERS, n=1, cutoff=0.6)
+        if found and name and close:
+            return f"{close[0]}:{name}"
+    if "/" in typed and ":" not in typed:  # a model as fastembed and Hugging Face name it: BAAI/bge-small-en-v1.5
+        return f"fastembed:{typed}"
+    close = difflib.get_close_matches(lowered, ("minilm", "all-minilm-l6-v2", "hashing"), n=1, cutoff=0.7)
+    return None if not close else "hashing" if close[0] == "hashing" else "minilm"
+
+
+def _http_url_problem(value: str, example: str) -> str | None:
+    """What keeps ``value`` from being an http(s) URL with a host (None: nothing), and the URL probably meant."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018  # parsing the port is what refuses a port that is no number
+    except ValueError as exc:
+        return f"expected an http:// or https:// URL, e.g. {example}; {exc}"
+    if parts.scheme in {"http", "https"} and parts.hostname:
+        return None
+    meant = None
+    if "://" not in value:  # localhost:8080/v1: the scheme was left out
+        candidate = "http://" + value.lstrip("/")
+        meant = candidate if _http_url_problem(candidate, example) is None else None
+    return f"expected an http:// or https:// URL, e.g. {example}{_did_you_mean(meant)}"
+
+
+def _http_base_url(value: str | None) -> str | None:
+    # Checked here: without a scheme the URL parsed as a path, and the first request failed naming an empty host.
+    if value is None or not value.strip():  # docker-compose passes VAR= for an unset one
+        return None
+    problem = _http_url_problem(value, "http://localhost:8080/v1")
+    if problem is not None:
+        raise PydanticCustomError("base_url", problem)
+    return value
+
+
+BaseUrl = Annotated[str | None, AfterValidator(_http_base_url)]
+"""An optional endpoint's base URL: http:// or https:// with a host; empty or blank counts as unset."""
+
+
 class EmbedderSettings(_Group):
     """The embedding model the workers run. ``hashing`` is for unit tests and must be chosen explicitly."""
 
-    model: str = Field(default="all-MiniLM-L6-v2", pattern=r"^(all-MiniLM-L6-v2|hashing|fastembed:\S+|openai:\S+)$")
-    """Which embedder: ``all-MiniLM-L6-v2`` (the default: ONNX, 384 dimensions, shipped, offline),
-    ``fastembed:<name>`` (any model the fastembed library lists, extra ``[fastembed]``; downloaded once into
-    ``cache_dir``, or loaded from ``path``), ``openai:<model>`` (any OpenAI-compatible ``/v1/embeddings``
-    endpoint, extra ``[openai]``), or ``hashing``, which exists for tests only (it knows no meaning). A store
-    keeps the fingerprint of the embedder that filled it: a worker whose embedder differs refuses to start."""
+    model: Annotated[str, AfterValidator(embedder_spec)] = "all-MiniLM-L6-v2"
+    """Which embedder: ``minilm`` (the default, also spelt ``all-MiniLM-L6-v2``: ONNX, 384 dimensions, shipped,
+    offline), ``fastembed:<name>`` (any model the fastembed library lists, extra ``[fastembed]``; downloaded
+    once into ``cache_dir``, or loaded from ``path``), ``openai:<model>`` (any OpenAI-compatible
+    ``/v1/embeddings`` endpoint, extra ``[openai]``), or ``hashing``, which exists for tests only (it knows no
+    meaning). A store keeps the fingerprint of the embedder that filled it: a worker whose embedder differs
+    refuses to start."""
     path: UserPath | None = None
     """A local model directory to load instead of downloading (``fastembed:``), for machines without a
     network."""
@@ -187,7 +282,7 @@ class EmbedderSettings(_Group):
         json_schema_extra={"shown_default": "<data dir>/models"},  # for the Configuration page
     )
     """Where downloaded models are kept (``fastembed:``); never a temporary directory, which gets wiped."""
-    base_url: str | None = None
+    base_url: BaseUrl = None
     """The embeddings endpoint's base URL (``openai:``), e.g. ``http://localhost:11434/v1``; unset: OpenAI's."""
     api_key: Secret = None
     """The embeddings endpoint's API key (``openai:``); never logged, never in a task message."""
@@ -204,6 +299,13 @@ class EmbedderSettings(_Group):
     or a few long ones); requests to ``openai:`` endpoints hold at most this many texts."""
     max_tokens: int = Field(default=256, ge=8, le=512)
     """Tokens of a text that are embedded; the rest of a longer text does not count in its vector."""
+    outage_retry: float = Field(default=5.0, gt=0, le=24 * 60)
+    """Minutes a write (an add, an import, a compaction, a reindex batch) keeps retrying while the embeddings
+    endpoint is unavailable (``openai:``: 429, 5xx, a timeout, unreachable) before it is dead-lettered: with
+    backoff up to ``MEMORY_CELERY__RETRY_BACKOFF_MAX`` between tries, and no sooner than the endpoint's
+    Retry-After (up to that cap). A waiting caller is told, after the usual retries (``MEMORY_CELERY__MAX_RETRIES``) or
+    ``RETRY_BACKOFF_MAX`` seconds, that the write is kept and until when it goes on retrying. Searches are not held
+    this long: they fail after the usual retries."""
 
 
 RERANK_SPECS = "'' (off), fastembed:<cross-encoder name> or http:<URL of a /rerank endpoint>"
@@ -243,9 +345,42 @@ class RerankSettings(_Group):
         provider, _, rest = value.partition(":")
         if value == "" or (provider == "fastembed" and rest and not any(c.isspace() for c in rest)):
             return value
-        if provider == "http" and urlsplit(rest).scheme in {"http", "https"} and urlsplit(rest).hostname:
+        if provider == "http" and _http_url_problem(rest, "") is None:
             return value
-        raise ValueError(f"expected {RERANK_SPECS}, got {redact_url(value)!r}")
+        # The value itself is shown by whoever reports the error (load_settings: "(got ...)").
+        url = _rerank_url_meant(value)
+        if url is not None:
+            raise PydanticCustomError(
+                "rerank_spec",
+                f"expected {RERANK_SPECS}: an endpoint's URL follows the http: that names the provider"
+                f"{_did_you_mean(url)}",
+            )
+        if provider == "fastembed" and not rest.strip():
+            raise PydanticCustomError(
+                "rerank_spec", f"fastembed: needs a cross-encoder's name; expected {RERANK_SPECS}"
+            )
+        misspelt = provider != "fastembed" and difflib.get_close_matches(provider.lower(), ["fastembed"], cutoff=0.6)
+        meant = f"fastembed:{rest}" if misspelt and rest and not any(c.isspace() for c in rest) else None
+        raise PydanticCustomError("rerank_spec", f"expected {RERANK_SPECS}{_did_you_mean(meant)}")
+
+
+def _rerank_url_meant(value: str) -> str | None:
+    """The ``http:<url>`` spec a rerank spec that holds a URL probably meant: ``http://host/rerank`` (the URL
+    alone), ``http:host:8080/rerank`` (the URL without its scheme) or ``host:8080/rerank`` (neither)."""
+    typed = value.strip()
+    provider, _, rest = typed.partition(":")
+    candidates = [typed]
+    if provider.lower() == "http":
+        candidates.append(rest)
+    for candidate in candidates:
+        url = candidate if "://" in candidate else "http://" + candidate.lstrip("/")
+        if _http_url_problem(url, "") is not None:
+            continue
+        parts = urlsplit(url)
+        # A bare word ("cohere") is no host anyone meant; a name with a dot or a port, or a written URL, is.
+        if "://" in candidate or "." in (parts.hostname or "") or parts.hostname == "localhost" or parts.port:
+            return f"http:{url}"
+    return None
 
 
 class AnthropicSettings(_Group):
@@ -255,7 +390,7 @@ class AnthropicSettings(_Group):
     api_key: Secret = None
     """The Anthropic API key; unset (or blank), nothing calls a model and the offline summarizer is used (a
     warning says so)."""
-    base_url: str | None = None
+    base_url: BaseUrl = None
     """Another Anthropic API endpoint (a gateway or proxy); unset: the SDK's default."""
     timeout: float = Field(default=60.0, gt=0)
     """Seconds one request to the Anthropic API may take."""
@@ -337,6 +472,17 @@ class ReindexSettings(_Group):
     refresh: float = Field(default=2.0, gt=0, le=60)
     """Seconds a worker trusts what it last read of the reindex (whether to mirror writes into the new
     collection); another worker's start or abort reaches it within this."""
+    duty: float = Field(default=0.5, gt=0, le=1)
+    """The share of a worker's time a reindex's copy may take: after a batch that took t seconds the part waits
+    t x (1 - duty) / duty before its next (1: no pause). Lower keeps live adds and searches faster during a
+    reindex and makes it take longer (``ops/bench --reindex`` prints both)."""
+    api_key: SecretStr | None = None
+    """The API key of a reindex's target, when it needs another than ``MEMORY_EMBEDDER__API_KEY`` (a store
+    moving live between two providers). Set it on every worker that runs the reindex; after the switch it
+    becomes their ``MEMORY_EMBEDDER__API_KEY``."""
+    retry_max: float = Field(default=60.0, ge=1, le=3600)
+    """Seconds, the longest wait between a part's tries while the new model's endpoint fails (exponential
+    backoff from 1 s): the reindex waits for it, it never gives up nor piles up messages."""
 
 
 class RedactionSettings(_Group):
@@ -737,13 +883,17 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _tombstones_outlive_redelivery(self) -> Settings:
-        # A task can come back (visibility timeout) after its retries have backed off; a tombstone that
-        # went before that would let the replayed write bring a deleted item back.
-        redelivery = self.celery.visibility_timeout + self.celery.max_retries * self.celery.retry_backoff_max
+        # A task can come back (visibility timeout) after its retries have backed off, and a write riding out
+        # an embedding outage retries for its minutes on top (plus one last backoff); a tombstone that went
+        # before that would let the replayed write bring a deleted item back.
+        celery = self.celery
+        outage = self.embedder.outage_retry * 60 + celery.retry_backoff_max
+        redelivery = celery.visibility_timeout + celery.max_retries * celery.retry_backoff_max + outage
         if self.qdrant.tombstone_ttl <= redelivery:
             raise ValueError(
                 f"MEMORY_QDRANT__TOMBSTONE_TTL ({self.qdrant.tombstone_ttl:g}s) must exceed the longest redelivery, "
-                f"MEMORY_CELERY__VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX ({redelivery}s)"
+                f"MEMORY_CELERY__VISIBILITY_TIMEOUT + MAX_RETRIES x RETRY_BACKOFF_MAX + MEMORY_EMBEDDER__OUTAGE_RETRY "
+                f"+ RETRY_BACKOFF_MAX ({redelivery:g}s)"
             )
         return self
 

@@ -6,25 +6,36 @@ they are (they depend on no model). Nothing ever compares vectors of two models:
 the workers restart with the new ``MEMORY_EMBEDDER__MODEL``, and the first of them to open the store makes
 the switch (``fingerprints.settle_fingerprint``: one write of the fingerprint record names the new collection).
 
-How the copy stays exact while the store is written:
+The target is never a dependency of the live path. A write succeeds when the source took it:
+
+* Every change that needs no model is mirrored into the target at once, after the source, under the same
+  monotonic rules (``stores.base.due``): deletes (their tombstones), field changes (folds, pins, importance,
+  access times), set definitions, erasures and the TTL sweep.
+* An upsert is not embedded for the target on the live path: the target gets an *owed placeholder* instead
+  (``stores.base.owed_payload``), a vectorless point just older than the write. The owed copies are caught up
+  in the background (part ``OWED``), with backoff while the target's endpoint fails.
+
+How the copy stays exact while the store is written (``Reindexer._reconcile``): every copy compares a point's
+state in both collections and repairs the target (copies what is older or missing, patches the fields of the
+same version, removes what the source no longer holds), then reads both again and repeats until they agree.
+A copy can be overtaken by a change made while it was embedding; the change was mirrored before the re-read,
+or is seen by it, so no interleaving resurrects an erased item or reverts a field change.
 
 * The point-id space is cut into ``PARTS`` parts; each is copied in batches by ``memory.reindex_batch`` tasks
   (several workers share the work on a Qdrant server). A part's progress (its cursor) is a record in the
   store's metadata collection, written after each batch, so a killed worker's part resumes where it was.
   A Redis lock per part keeps two workers off one part; its expiry bounds how long a killed holder blocks it.
-* While the reindex is not aborted, every worker mirrors each write into the target (``MirroringStore``),
-  under the same monotonic rules: copies and mirrored writes both land only over older points (``due``), so
-  whichever comes second cannot undo the first, a delete's tombstone keeps a late copy out, and no write goes
-  back in time in either collection.
-* Each part is read twice. The second pass copies what the first could not see: writes a worker made before
-  it learned of the reindex (within ``ReindexSettings.refresh``), and a mirror write lost to a kill between
-  the source write and its mirror (the redelivered task would write it anyway). The second pass starts no
-  sooner than two refresh periods after the start.
+* Each part is read twice. The second pass reads both collections and repairs what differs: writes a worker
+  made before it learned of the reindex (within ``ReindexSettings.refresh``), a mirror lost to a kill, and
+  points the target holds that the source does not. It starts no sooner than two refresh periods in.
 * Set definitions are copied at the start and again when the last part is done (and mirrored in between).
+* A batch that cannot reach the target's endpoint records why and retries the same batch later (exponential
+  backoff to ``ReindexSettings.retry_max``): one message per part at any time, whatever the outage lasts.
 
-When every part has done both passes the reindex is ``complete``: writes are still mirrored until the
-workers restart with the target setting. ``abort`` drops the target; ``drop_old`` drops the source once the
-workers switched.
+When every part has done both passes the reindex is ``complete``: writes are still mirrored (and owed copies
+caught up) until the workers restart with the target setting; the first of them catches up what is still
+owed before it serves (``settle_switch``), so a store under a steady stream of writes completes too. ``abort`` drops the target; ``drop_old``
+drops the source once the workers switched.
 """
 
 from __future__ import annotations
@@ -33,22 +44,37 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import redis
 from pydantic import ValidationError
 
-from memory_core.core.errors import ConfigurationError, InvalidRequestError, MemoryCoreError, StoreError
+from memory_core.core.coordination import Coordinator
+from memory_core.core.errors import (
+    ConfigurationError,
+    EmbedderError,
+    InvalidRequestError,
+    MemoryCoreError,
+    StoreError,
+    TransientStoreError,
+)
 from memory_core.core.keys import Keys
 from memory_core.core.locks import RedisLock
 from memory_core.core.messages import REINDEX_PARTS, ReindexRequest, ReindexStatus
 from memory_core.core.metrics import REINDEX_POINTS
-from memory_core.core.models import MemorySet, Scope
+from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.settings import EmbedderSettings, ReindexSettings
 from memory_core.engine.embedders import Embedder, open_embedder
 from memory_core.engine.embedders.base import EmbedderFingerprint, embed_timed
-from memory_core.engine.stores.base import ItemRecord, RawPoint, ReindexableStore, VectorStore, due, item_text
+from memory_core.engine.stores.base import (
+    ItemRecord,
+    RawPoint,
+    ReindexableStore,
+    VectorStore,
+    item_text,
+)
 from memory_core.engine.stores.fingerprints import REINDEX_RECORD
 
 logger = logging.getLogger(__name__)
@@ -56,6 +82,8 @@ logger = logging.getLogger(__name__)
 PARTS = REINDEX_PARTS
 """Parts of the point-id space copied independently: point ids are UUIDs, so part ``i`` holds the ids whose
 first hex digit is ``i``, and uniform ids spread the work evenly."""
+OWED = PARTS
+"""The part number of the catch-up of owed copies (``memory.reindex_batch`` with ``part=OWED``)."""
 MIRRORED_STATES = frozenset({"building", "complete", "switched"})
 """States in which the source's writers mirror into the target (after the switch, only workers not yet
 restarted still write the source)."""
@@ -64,6 +92,13 @@ BUSY_DELAY = 0.5
 """Seconds a part's batch waits when this process is already copying one: a worker runs one reindex batch at
 a time, so its other threads stay free for the adds and searches it serves (measured in ``ops/bench
 --reindex``: with every thread copying, one-item adds waited 20 times longer)."""
+OWED_POLL = 2.0
+"""Seconds between two looks for owed copies when none was found (the catch-up runs until the switch)."""
+RECONCILE_ROUNDS = 5
+"""Times a batch reads both collections and repairs before it gives up for now: each round after the first
+only sees points changed while the previous one embedded."""
+VOLATILE = frozenset({"keep_until"})
+"""Payload fields each collection sets by itself (a tombstone's expiry is stamped by its own write)."""
 
 
 def part_bounds(part: int) -> tuple[str, str | None]:
@@ -88,11 +123,59 @@ class Target:
         return embed_timed(self.embedder, texts) if texts else []
 
 
-def _copy_due(point: RawPoint, held: tuple[int, bool] | None) -> bool:
-    """Whether a source point must be written into the target: ``stores.base.due`` for one point, a tombstone
-    as a delete. Decided before embedding, so a point the target already holds costs no model time."""
-    stored = {} if held is None else {point.id: held}
-    return bool(due(stored, {point.id: int(point.payload["seq"])}, deleting=point.tombstone))
+@dataclass
+class Repairs:
+    """What makes the target agree with the source for some points (``plan_repairs``)."""
+
+    copies: list[RawPoint] = field(default_factory=list)
+    """Source points the target holds older or not at all: items (embedded anew) and tombstones."""
+    patches: list[RawPoint] = field(default_factory=list)
+    """Source items the target holds at the same ``seq`` with other fields (a fold, a pin): fields only."""
+    removals: dict[str, int] = field(default_factory=dict)
+    """Target points the source does not hold (erased, swept), by id -> the ``seq`` they were read with."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [p.id for p in self.copies] + [p.id for p in self.patches] + list(self.removals)
+
+
+def _fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A payload as compared between the collections: without ``VOLATILE`` fields, and a null field as absent
+    (the engines store a field set to null either way)."""
+    return {name: value for name, value in payload.items() if name not in VOLATILE and value is not None}
+
+
+def plan_repairs(source: Mapping[str, RawPoint], target: Mapping[str, RawPoint], ids: Sequence[str]) -> Repairs:
+    """The repairs that make the target's points ``ids`` agree with the source's (each side: id -> point).
+
+    Ordering decides, as for every write: a source point newer than the target's (or an owed placeholder,
+    which is just older than the write it stands for) is copied; at the same ``seq`` only the fields are
+    patched (a change in place never changes the text, so the vector stays right); a target point newer than
+    the source's was mirrored after a source write this read missed, and is left alone. A target point the
+    source does not hold at all goes, unless it is a tombstone (it keeps late copies out until it expires).
+    """
+    repairs = Repairs()
+    for pid in ids:
+        held, wanted = target.get(pid), source.get(pid)
+        if wanted is None or wanted.owed:
+            if held is not None and (held.owed or not held.tombstone):
+                repairs.removals[pid] = held.seq
+            continue
+        same = held is not None and held.seq == wanted.seq
+        if held is None or held.seq < wanted.seq or (same and (held.owed or (wanted.tombstone and not held.tombstone))):
+            repairs.copies.append(wanted)  # as ``due`` decides: over older, and a delete over its own version
+        elif (
+            held.seq == wanted.seq
+            and not held.tombstone
+            and not wanted.tombstone
+            and _fields(held.payload) != _fields(wanted.payload)
+        ):
+            repairs.patches.append(wanted)
+    return repairs
+
+
+def _scope(point: RawPoint) -> Scope:
+    return Scope(point.payload["namespace"], point.payload["key"], point.payload["set"])
 
 
 class Reindexer:
@@ -152,8 +235,10 @@ class Reindexer:
             record = store.read_record(REINDEX_RECORD) or {}
             target_settings = self._target_settings(request)
             if record.get("state") in ("building", "complete") and record.get("source_collection") == store.collection:
-                if record.get("embedder") == _embedder_fields(target_settings):
-                    return self.status()  # started already: a repeated command follows it
+                recorded = record.get("embedder") or {}
+                bare = (request.path, request.base_url, request.dimensions) == (None, None, None)
+                if recorded == _embedder_fields(target_settings) or (bare and recorded.get("model") == request.to):
+                    return self.status()  # started already: a repeated command (with or without its flags) follows it
                 raise InvalidRequestError(
                     f"a reindex to {record.get('target_spec')!r} is {record['state']} on this store; run "
                     "`memory-core reindex --abort` first to start another"
@@ -195,24 +280,33 @@ class Reindexer:
             record["total"],
         )
         status, _ = self.status()
-        return status, list(range(PARTS))
+        return status, list(range(PARTS + 1))
 
     def status(self) -> tuple[ReindexStatus, list[int]]:
         """Where the reindex stands, and the parts that made no progress for a lock's lifetime (a killed
-        worker's, or a chain of batches that broke): enqueueing them again resumes the work."""
+        worker's, or a chain of batches that broke): enqueueing them again resumes the work. A part is handed
+        out again at most once a lock's lifetime, however often the status is asked."""
         store = self.store
         record = store.read_record(REINDEX_RECORD)
         if record is None:
             return ReindexStatus(state="none"), []
-        parts = [self._part(store, record, part) for part in range(PARTS)]
+        parts = [self._part(store, record, part) for part in range(PARTS + 1)]
         now = time.time()
+        building = record.get("state") == "building"
+        running = record.get("state") in ("building", "complete") and record.get("source_collection") == (
+            self._store_collection()
+        )
+        target = self.target() if running else None
+        owed = 0 if target is None else target.store.owed_count()
         stalled = [
             part
             for part, progress in enumerate(parts)
-            if record.get("state") == "building"
-            and not progress.get("done")
+            if running
+            and ((part == OWED and (building or owed)) or (building and part != OWED and not progress.get("done")))
             and now - float(progress.get("updated_at") or record["started_at"]) > self._settings.lock_ttl
+            and self._redis.set(self._keys.sweep_lock(f"reindex-kick-{part}"), "1", nx=True, ex=self._settings.lock_ttl)
         ]
+        failing = [p for p in parts if p.get("error")]
         return (
             ReindexStatus(
                 state=record["state"],
@@ -224,11 +318,16 @@ class Reindexer:
                 total=int(record.get("total", 0)),
                 scanned=sum(int(p.get("scanned", 0)) for p in parts),
                 copied=sum(int(p.get("copied", 0)) for p in parts),
-                parts_done=sum(1 for p in parts if p.get("done")),
+                parts_done=sum(1 for p in parts[:PARTS] if p.get("done")),
                 parts=PARTS,
                 started_at=record.get("started_at"),
                 completed_at=record.get("completed_at"),
                 source_dropped=bool(record.get("source_dropped")),
+                owed=owed,
+                target_error=str(failing[-1]["error"]) if failing else "",
+                target_error_since=min(float(p["error_since"]) for p in failing) if failing else None,
+                last_success_at=max((float(p["succeeded_at"]) for p in parts if p.get("succeeded_at")), default=None),
+                restart=restart_settings(record),
             ),
             stalled,
         )
@@ -259,9 +358,20 @@ class Reindexer:
             record = store.read_record(REINDEX_RECORD)
             if record is None or record.get("state") != "switched" or store.collection != record.get("collection"):
                 state = "none" if record is None else record.get("state")
+                if state == "aborted":
+                    raise InvalidRequestError(
+                        "the reindex was aborted: its new collection is gone and the store serves the old one, "
+                        "which is the only copy; there is nothing to drop"
+                    )
                 raise InvalidRequestError(
                     f"the old collection can be dropped once the workers run the new embedder (the reindex is "
-                    f"{state}; restart the workers with MEMORY_EMBEDDER__MODEL set to the target first)"
+                    f"{state}; restart the workers with the target's settings first: `memory-core reindex "
+                    "--status` prints them)"
+                )
+            if store.owed_count():
+                raise InvalidRequestError(
+                    f"the new collection is still owed {store.owed_count()} writes from the old one; restart a "
+                    "worker with the new embedder (it copies them before it serves), then drop the old collection"
                 )
             if not record.get("source_dropped"):
                 store.drop_collection(str(record["source_collection"]))
@@ -271,11 +381,13 @@ class Reindexer:
     # -- the batches -----------------------------------------------------------------------------------------
 
     def run_batch(self, part: int) -> float | None:
-        """Copies the next batch of ``part``; returns the seconds to wait before its next batch, or None when
-        there is nothing more to do for it (done, not building, or another worker holds it). A process copies
-        one batch at a time: a part whose turn comes while another is copied here waits ``BUSY_DELAY``."""
-        if not 0 <= part < PARTS:
-            raise InvalidRequestError(f"reindex part must be 0 to {PARTS - 1}, got {part!r}")
+        """Copies the next batch of ``part`` (``OWED``: catches up owed copies); returns the seconds to wait
+        before its next batch, or None when there is nothing more to do for it (done, not running, or another
+        worker holds it). A process copies one batch at a time: a part whose turn comes while another is
+        copied here waits ``BUSY_DELAY``. A batch the target's endpoint fails is recorded and tried again after
+        a backoff; it raises nothing, so no retry or dead letter piles up while the endpoint is down."""
+        if not 0 <= part <= OWED:
+            raise InvalidRequestError(f"reindex part must be 0 to {OWED}, got {part!r}")
         store = self.store
         if not self._copying.acquire(blocking=False):
             return BUSY_DELAY
@@ -290,7 +402,9 @@ class Reindexer:
             return None
         try:
             record = store.read_record(REINDEX_RECORD)
-            if record is None or record.get("state") != "building" or record["source_collection"] != store.collection:
+            if record is None or record["source_collection"] != store.collection:
+                return None
+            if record.get("state") not in ("building", "complete") or (part != OWED and record["state"] != "building"):
                 return None
             target = self.target()
             if target is None:
@@ -298,9 +412,44 @@ class Reindexer:
             progress = self._part(store, record, part)
             if progress.get("done"):
                 return None
-            return self._copy_batch(store, target, record, part, progress)
+            began = time.monotonic()
+            delay: float | None
+            try:
+                if part == OWED:
+                    delay = self._catch_up(store, target, record, progress)
+                else:
+                    delay = self._copy_batch(store, target, record, part, progress)
+            except (EmbedderError, TransientStoreError) as exc:
+                return self._failed(store, part, progress, exc)
+            if delay == 0.0 and self._settings.duty < 1:
+                delay = (time.monotonic() - began) * (1 - self._settings.duty) / self._settings.duty
+            return delay
         finally:
             lock.release()
+
+    def _failed(self, store: ReindexableStore, part: int, progress: dict[str, Any], exc: Exception) -> float:
+        """Records why a batch failed and when to try it again (exponential backoff, capped)."""
+        failures = int(progress.get("failures", 0)) + 1
+        now = time.time()
+        error = f"{type(exc).__name__}: {exc}"
+        store.write_record(
+            part_record(part),
+            {
+                **progress,
+                "failures": failures,
+                "error": error,
+                "error_since": progress.get("error_since") or now,
+                "updated_at": now,
+            },
+        )
+        delay = min(self._settings.retry_max, 2.0 ** (failures - 1))
+        logger.warning("reindex part %d: the target failed (%s); retrying in %.0f s", part, error, delay)
+        return delay
+
+    @staticmethod
+    def _succeeded(progress: dict[str, Any]) -> dict[str, Any]:
+        cleared = {k: v for k, v in progress.items() if k not in ("failures", "error", "error_since")}
+        return {**cleared, "updated_at": time.time(), "succeeded_at": time.time()}
 
     def _copy_batch(
         self, store: ReindexableStore, target: Target, record: dict[str, Any], part: int, progress: dict[str, Any]
@@ -310,20 +459,19 @@ class Reindexer:
         if second_pass and progress.get("cursor") is None and time.time() < not_before:
             return not_before - time.time()  # let every worker learn to mirror before the check pass reads
         start, stop = part_bounds(part)
-        points, following = store.scan(progress.get("cursor") or start, stop, self._settings.batch_size)
-        held = target.store.versions([p.id for p in points])
-        to_copy = [p for p in points if _copy_due(p, held.get(p.id))]
-        texts = [item_text(p.payload["value"]) for p in to_copy if not p.tombstone]
-        vectors = iter(target.vectors(texts))
-        copied = target.store.copy_in([(p, None if p.tombstone else next(vectors)) for p in to_copy])
+        cursor = progress.get("cursor") or start
+        points, following = store.scan(cursor, stop, self._settings.batch_size)
+        ids = [p.id for p in points]
+        if second_pass:  # also what the target holds in the same range: points the source no longer has
+            ids += _ids_between(target.store, cursor, following or stop)
+        copied = self._reconcile(store, target, ids)  # (it takes each id once)
         REINDEX_POINTS.labels("scanned").inc(len(points))
         REINDEX_POINTS.labels("copied").inc(copied)
         progress = {
-            **progress,
+            **self._succeeded(progress),
             "cursor": following,
             "scanned": int(progress.get("scanned", 0)) + len(points),
             "copied": int(progress.get("copied", 0)) + copied,
-            "updated_at": time.time(),
         }
         if following is None:
             progress = {**progress, "pass": 2} if not second_pass else {**progress, "done": True}
@@ -332,6 +480,48 @@ class Reindexer:
             self._complete_if_done(store, target)
             return None
         return 0.0
+
+    def _catch_up(
+        self, store: ReindexableStore, target: Target, record: dict[str, Any], progress: dict[str, Any]
+    ) -> float | None:
+        """Copies up to a batch of the writes the target is owed; polls while none is and the reindex builds."""
+        owed = target.store.owed(self._settings.batch_size)
+        copied = self._reconcile(store, target, owed) if owed else 0
+        REINDEX_POINTS.labels("copied").inc(copied)
+        written = {**self._succeeded(progress), "copied": int(progress.get("copied", 0)) + copied}
+        store.write_record(part_record(OWED), written)
+        if owed:
+            return 0.0
+        if record.get("state") != "building":
+            return None  # complete and owed nothing: ``status`` (or beat's kick) sends it on when more is owed
+        self._complete_if_done(store, target)
+        return OWED_POLL
+
+    def _reconcile(self, source: ReindexableStore, target: Target, ids: Sequence[str]) -> int:
+        """Makes the target's points ``ids`` agree with the source's (``plan_repairs``), then reads both again
+        and repairs what changed meanwhile, until nothing differs; returns how many points were copied.
+
+        Why it is exact: every change to the source reaches the target after it (mirrored, or owed). A change
+        made while a round embedded has been mirrored by the time the next round reads, or that round sees it
+        in the source: either way the stale copy is repaired (a point erased meanwhile is removed, a field
+        changed meanwhile is patched), and a copy never lands over a newer point (``due``)."""
+        copied = 0
+        pending = list(dict.fromkeys(ids))
+        for _ in range(RECONCILE_ROUNDS):
+            repairs = plan_repairs(source.raw_points(pending), target.store.raw_points(pending), pending)
+            if not repairs.ids:
+                return copied
+            items = [p for p in repairs.copies if not p.tombstone]
+            embedded = target.vectors([item_text(p.payload["value"]) for p in items])
+            vectors = {p.id: vector for p, vector in zip(items, embedded, strict=True)}
+            copied += target.store.copy_in([(p, vectors.get(p.id)) for p in repairs.copies])
+            for point in repairs.patches:
+                target.store.set_fields(
+                    _scope(point), [point.payload["item_id"]], _fields(point.payload), seq=point.seq
+                )
+            target.store.remove_unchanged(repairs.removals)
+            pending = repairs.ids
+        raise TransientStoreError(f"{len(pending)} points kept changing during {RECONCILE_ROUNDS} reindex copies")
 
     def _complete_if_done(self, store: ReindexableStore, target: Target) -> None:
         with self._lock:
@@ -343,9 +533,9 @@ class Reindexer:
             _copy_sets(store, target.store, prune=True)
             store.write_record(REINDEX_RECORD, {**record, "state": "complete", "completed_at": time.time()})
         logger.warning(
-            "reindex to %s complete: restart the workers with MEMORY_EMBEDDER__MODEL=%s",
+            "reindex to %s complete: restart the workers with %s",
             record.get("target_spec"),
-            record.get("target_spec"),
+            " ".join(restart_settings(record)),
         )
 
     def _part(self, store: ReindexableStore, record: Mapping[str, Any], part: int) -> dict[str, Any]:
@@ -355,13 +545,56 @@ class Reindexer:
             progress if progress.get("started_at") == record.get("started_at") else {"started_at": record["started_at"]}
         )
 
+    # -- the switch ------------------------------------------------------------------------------------------
+
+    def settle_switch(self) -> int:
+        """After the switch, before this worker serves: catches up the copies the serving collection is still
+        owed from the one it was re-embedded from, with this worker's embedder (the target's), and makes every
+        search result cached under the old model unreachable (once). Returns how many points were copied.
+
+        Raises ``ConfigurationError`` (the worker refuses to start, in one line) while the endpoint cannot embed
+        what is owed: the switch waits; nothing is lost, nor served from a stale copy."""
+        try:
+            store = self.store
+        except ConfigurationError:
+            return 0
+        record = store.read_record(REINDEX_RECORD)
+        if record is None or record.get("state") != "switched" or record.get("collection") != store.collection:
+            return 0
+        copied = self._copy_owed_after_switch(store, record) if store.owed_count() else 0
+        if not record.get("caches_cleared"):
+            coordinator = Coordinator(self._redis, self._keys)
+            for namespace, key, definition in store.list_sets(SET_LIMIT):
+                coordinator.bump(Scope(namespace, key, definition.name))
+            store.write_record(REINDEX_RECORD, {**record, "caches_cleared": True})
+        return copied
+
+    def _copy_owed_after_switch(self, store: ReindexableStore, record: Mapping[str, Any]) -> int:
+        source_dimension = EmbedderFingerprint.model_validate(record["source"]).dimension
+        source = store.open_sibling(str(record["source_collection"]), source_dimension)
+        copied = 0
+        try:
+            here = Target(store.collection, store, self._embedder)
+            while owed := store.owed(self._settings.batch_size):
+                copied += self._reconcile(source, here, owed)
+        except (EmbedderError, TransientStoreError) as exc:
+            raise ConfigurationError(
+                f"the store at {store.location} switched to {record.get('target_spec')!r} with "
+                f"{store.owed_count()} writes still to copy into it, and this worker cannot embed them "
+                f"({type(exc).__name__}: {exc}); start it again when the endpoint answers (nothing is lost)"
+            ) from None
+        finally:
+            source.close()
+        logger.warning("caught up %d writes owed to the switched collection %s", copied, store.collection)
+        return copied
+
     # -- the mirror ------------------------------------------------------------------------------------------
 
-    def target(self) -> Target | None:
+    def target(self, *, fresh: bool = False) -> Target | None:
         """The collection writes must be mirrored into (and the reindex copies into), or None; what the store
-        records is read again at most every ``refresh`` seconds."""
+        records is read again at most every ``refresh`` seconds (``fresh``: now)."""
         with self._lock:
-            if time.monotonic() - self._checked_at < self._settings.refresh:
+            if not fresh and time.monotonic() - self._checked_at < self._settings.refresh:
                 return self._target
             record = self.store.read_record(REINDEX_RECORD)
             self._checked_at = time.monotonic()
@@ -383,7 +616,7 @@ class Reindexer:
 
     def _reopen(self, record: Mapping[str, Any]) -> Target:
         """The target of a reindex another process started (or this one, before a restart)."""
-        settings = self._embedder_settings.model_copy(update=record.get("embedder") or {})
+        settings = self._with_target_key(self._embedder_settings.model_copy(update=record.get("embedder") or {}))
         embedder = self._open_embedder(settings)
         if embedder.fingerprint.id != record.get("target_id"):
             raise StoreError(
@@ -413,20 +646,57 @@ class Reindexer:
             "dimensions": request.dimensions,
         }
         try:
-            return EmbedderSettings.model_validate({**self._embedder_settings.model_dump(), **fields})
+            return self._with_target_key(
+                EmbedderSettings.model_validate({**self._embedder_settings.model_dump(), **fields})
+            )
         except ValidationError as exc:
             first = exc.errors()[0]
             raise InvalidRequestError(
                 f"reindex target {request.to!r}: {'.'.join(map(str, first['loc']))} {first['msg']}"
             ) from None
 
+    def _with_target_key(self, settings: EmbedderSettings) -> EmbedderSettings:
+        """The target's settings with ``MEMORY_REINDEX__API_KEY`` as its key, where one is set."""
+        if self._settings.api_key is None:
+            return settings
+        return settings.model_copy(update={"api_key": self._settings.api_key})
+
     def _open_embedder(self, settings: EmbedderSettings) -> Embedder:
         try:
             return self._open_target_embedder(settings)
+        except ConfigurationError as exc:
+            # The provider speaks of the worker's own settings; a reindex's target is given otherwise.
+            raise ConfigurationError(f"reindex target {settings.model!r}: {_as_target_flags(str(exc))}") from None
         except MemoryCoreError:
             raise
         except Exception as exc:  # a provider's own failure to load: say which target
             raise ConfigurationError(f"cannot load the reindex target {settings.model!r}: {exc}") from exc
+
+
+def _ids_between(store: ReindexableStore, start: str, stop: str | None) -> list[str]:
+    """Every point id the store holds from ``start`` (inclusive) below ``stop``."""
+    found: list[str] = []
+    cursor: str | None = start
+    while cursor is not None:
+        points, cursor = store.scan(cursor, stop, 1000)
+        found.extend(p.id for p in points)
+    return found
+
+
+TARGET_FLAGS = {
+    "MEMORY_EMBEDDER__BASE_URL": "--base-url",
+    "MEMORY_EMBEDDER__PATH": "--path",
+    "MEMORY_EMBEDDER__DIMENSIONS": "--dimensions",
+    "MEMORY_EMBEDDER__API_KEY": "MEMORY_REINDEX__API_KEY (on the workers)",
+    "MEMORY_EMBEDDER__MODEL": "--to",
+}
+"""How a reindex's target is given, for each setting a provider's error names (those describe the source)."""
+
+
+def _as_target_flags(message: str) -> str:
+    for setting, flag in TARGET_FLAGS.items():
+        message = message.replace(setting, flag)
+    return message
 
 
 def _embedder_fields(settings: EmbedderSettings) -> dict[str, Any]:
@@ -437,6 +707,13 @@ def _embedder_fields(settings: EmbedderSettings) -> dict[str, Any]:
         "base_url": settings.base_url,
         "dimensions": settings.dimensions,
     }
+
+
+def restart_settings(record: Mapping[str, Any]) -> list[str]:
+    """The ``MEMORY_EMBEDDER__*`` settings the workers restart with to switch to a reindex's target: every
+    one that its embedder was built with, not only the model."""
+    fields = record.get("embedder") or {"model": record.get("target_spec")}
+    return [f"MEMORY_EMBEDDER__{name.upper()}={value}" for name, value in fields.items() if value is not None]
 
 
 def _described(fingerprint: object) -> str:
@@ -460,63 +737,131 @@ def _copy_sets(source: VectorStore, target: VectorStore, *, prune: bool = False)
 class MirroringStore:
     """The serving store, whose writes are mirrored into a reindex's target while one runs.
 
-    The source is written first: a task killed in between is redelivered and writes both again (every write
-    is idempotent), and the reindex's second pass copies what was missed. Reads go to the source only.
+    It implements the whole ``VectorStore`` protocol itself, so a write method added to the protocol later is a
+    type error here until it is mirrored (a ``__getattr__`` fallback would let it bypass the target unseen).
+
+    The source is written first, then the target, at once: deletes, field changes, set definitions, erasures
+    and the TTL sweep (no model needed), and an owed placeholder for each upsert (its copy is embedded in the
+    background). A task killed in between is redelivered and writes both again (every write is idempotent),
+    and the reindex's second pass repairs what was missed. A mirror write that fails because the reindex was
+    aborted meanwhile (its collection dropped) is dropped too: the write itself succeeded. Reads go to the
+    source only.
     """
 
     def __init__(self, inner: VectorStore, reindexer: Reindexer) -> None:
         self._inner = inner
         self._reindexer = reindexer
 
-    @property
-    def location(self) -> str:
-        return self._inner.location
+    def _mirror(self, write: Callable[[ReindexableStore], object]) -> None:
+        target = self._reindexer.target()
+        if target is None:
+            return
+        try:
+            write(target.store)
+        except StoreError:
+            if self._reindexer.target(fresh=True) is not None:
+                raise
+            logger.info("a mirrored write found the reindex gone (aborted); the write itself is stored")
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    # -- writes, mirrored --------------------------------------------------------------------------------------
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
         self._inner.upsert(scope, records, context_window=context_window)
-        target = self._reindexer.target()
-        if target is not None and records:
-            vectors = target.vectors([str(r.item.value) for r in records])
-            mirrored = [ItemRecord(item=r.item, seq=r.seq, vector=v) for r, v in zip(records, vectors, strict=True)]
-            target.store.upsert(scope, mirrored, context_window=context_window)
+        if records:
+            owed = {r.item.id: r.seq for r in records}
+            self._mirror(lambda target: target.owe(scope, owed))
 
     def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
         self._inner.delete(scope, versions)
-        if (target := self._reindexer.target()) is not None:
-            target.store.delete(scope, versions)
+        self._mirror(lambda target: target.delete(scope, versions))
 
     def set_fields(
         self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
     ) -> None:
         self._inner.set_fields(scope, item_ids, fields, seq=seq)
-        if (target := self._reindexer.target()) is not None:
-            target.store.set_fields(scope, item_ids, fields, seq=seq)
+        self._mirror(lambda target: target.set_fields(scope, item_ids, fields, seq=seq))
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
         self._inner.put_set(namespace, key, definition)
-        if (target := self._reindexer.target()) is not None:
-            target.store.put_set(namespace, key, definition)
+        self._mirror(lambda target: target.put_set(namespace, key, definition))
 
     def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
         deleted = self._inner.delete_set(namespace, key, set_name)
-        if (target := self._reindexer.target()) is not None:
-            target.store.delete_set(namespace, key, set_name)
+        self._mirror(lambda target: target.delete_set(namespace, key, set_name))
         return deleted
 
     def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
         forgotten = self._inner.forget(namespace, key)
-        if (target := self._reindexer.target()) is not None:
-            target.store.forget(namespace, key)
+        self._mirror(lambda target: target.forget(namespace, key))
         return forgotten
 
     def delete_expired(self, now: float, limit: int) -> int:
         deleted = self._inner.delete_expired(now, limit)
-        if (target := self._reindexer.target()) is not None:
-            target.store.delete_expired(now, limit)
+        self._mirror(lambda target: target.delete_expired(now, limit))
         return deleted
+
+    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
+        self._inner.record_fingerprint(fingerprint)  # the source's own record; the target's is the reindex's
+
+    # -- reads and upkeep, the source's --------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        return self._inner.location
+
+    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
+        return self._inner.recorded_fingerprint()
+
+    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
+        return self._inner.retrieve(scope, item_ids)
+
+    def list_items(self, scope: Scope) -> list[MemorySetItem]:
+        return self._inner.list_items(scope)
+
+    def search(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str | None = None,
+        mode: SearchMode = "dense",
+    ) -> list[MemorySetItem]:
+        return self._inner.search(scope, vector, limit, filters, text=text, mode=mode)
+
+    def count(self, scope: Scope) -> int:
+        return self._inner.count(scope)
+
+    def item_versions(self, scope: Scope) -> dict[str, int]:
+        return self._inner.item_versions(scope)
+
+    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
+        return self._inner.get_set(namespace, key, set_name)
+
+    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
+        return self._inner.list_sets(limit)
+
+    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
+        return self._inner.sets_of(namespace, key)
+
+    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
+        return self._inner.find_by_text_hash(scope, hashes)
+
+    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
+        return self._inner.expired(now, limit)
+
+    def namespace_counts(self, limit: int) -> dict[str, int]:
+        return self._inner.namespace_counts(limit)
+
+    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
+        return self._inner.item_vectors(scope, item_ids)
+
+    def snapshot(self, target: Path) -> list[str]:
+        return self._inner.snapshot(target)
+
+    def optimize(self) -> bool:
+        return self._inner.optimize()
 
     def close(self) -> None:
         self._reindexer.close()
@@ -525,4 +870,5 @@ class MirroringStore:
 
 def mirroring(store: VectorStore, reindexer: Reindexer) -> VectorStore:
     """``store``, its writes mirrored into a running reindex's target."""
-    return cast(VectorStore, MirroringStore(store, reindexer))
+    mirrored: VectorStore = MirroringStore(store, reindexer)  # mypy checks the whole protocol here
+    return mirrored

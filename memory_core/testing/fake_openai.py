@@ -4,7 +4,10 @@ It answers ``POST /v1/embeddings`` as OpenAI does (``{"object": "list", "data": 
 "index": i, "embedding": [...]}], "model": ..., "usage": {...}}``), with a vector that is a stable function of
 the text (equal texts, equal vectors; not unit length, as some servers' are not), records every request, and
 can be told to misbehave: 429 with a Retry-After, 500, a stall past the client's timeout, vectors of another
-length, a refused key (401), a body that is not JSON.
+length, a refused key (401; ``echo_key``: refused with the whole key quoted, as careless servers do), a body
+that is not JSON; or answer wrongly, as a faulty server or a proxy that splits and re-joins batches does:
+indices repeated or out of range, another model's name (or the right one with an org and a tag), the requested
+``dimensions`` ignored, vectors longer than any store holds, empty vectors, NaN values.
 
     with FakeOpenAI() as fake:
         settings.embedder.base_url = fake.url
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +33,12 @@ VALID_KEY = "sk-fake-valid-key"
 class Behaviour:
     """What the fake does with the next requests. ``failures`` requests fail with ``mode`` first, then ``ok``."""
 
-    mode: str = "ok"  # ok | http_429 | http_500 | stall | wrong_dimension | garbage
+    mode: str = "ok"
+    """``ok``, ``http_429``, ``http_500``, ``stall``, ``wrong_dimension``, ``garbage``, ``echo_key``, or a wrong
+    answer: ``duplicate_indices`` (index ``i % 2``: 0,1,0,1), ``out_of_range`` (index ``i + 1``),
+    ``other_model`` (named ``other-model``), ``org_model`` (named ``acme/<model>:latest``), ``ignore_dimensions``
+    (the fake's own ``dimension`` whatever was asked), ``huge_dimension`` (65,537 values), ``zero_dimension``
+    (empty vectors), ``non_finite`` (a NaN in the last vector)."""
     failures: int = 1_000_000
     retry_after: str | None = "7"
     stall_seconds: float = 5.0
@@ -42,6 +52,10 @@ class FakeOpenAI(LoopbackServer):
     behaviour: Behaviour = field(default_factory=Behaviour)
     requests: list[dict[str, Any]] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
+    gate: threading.Event | None = None
+    """When set, an embeddings request waits until the event is set (a test's freeze of an embedding mid-batch);
+    ``waiting`` tells that a request is held at it."""
+    waiting: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.listen()
@@ -74,6 +88,11 @@ class FakeOpenAI(LoopbackServer):
             self.keys.append(key)
             behaviour = self.behaviour
             mode = self.take(behaviour)
+        if mode == "echo_key":  # a careless server: its 401 quotes the whole key it was given
+            return 401, {}, _error(f"Incorrect API key provided: {key}", "invalid_api_key")
+        if self.gate is not None:
+            self.waiting.set()
+            self.gate.wait(60)
         if key != VALID_KEY:
             return 401, {}, _error("Incorrect API key provided: sk-f***", "invalid_api_key")
         if mode == "http_429":
@@ -87,16 +106,46 @@ class FakeOpenAI(LoopbackServer):
             return 200, {}, b"<html>not json</html>"
         inputs = body.get("input")
         texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
-        dimension = int(body.get("dimensions") or self.dimension) + (1 if mode == "wrong_dimension" else 0)
-        data = [{"object": "embedding", "index": i, "embedding": vector(t, dimension)} for i, t in enumerate(texts)]
         tokens = sum(max(1, len(t) // 4) for t in texts)
         reply = {
             "object": "list",
-            "data": data,
-            "model": body.get("model", "fake"),
+            "data": _rows(texts, self._dimension(body, mode), mode),
+            "model": _model(str(body.get("model", "fake")), mode),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         return 200, {}, json.dumps(reply).encode()
+
+    def _dimension(self, body: dict[str, Any], mode: str) -> int:
+        asked = int(body.get("dimensions") or self.dimension)
+        return {
+            "wrong_dimension": asked + 1,
+            "ignore_dimensions": self.dimension,
+            "huge_dimension": 65_537,
+            "zero_dimension": 0,
+        }.get(mode, asked)
+
+
+def _rows(texts: list[str], dimension: int, mode: str) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [
+        {"object": "embedding", "index": i, "embedding": vector(t, dimension)} for i, t in enumerate(texts)
+    ]
+    if mode == "duplicate_indices":
+        for i, row in enumerate(rows):
+            row["index"] = i % 2
+    elif mode == "out_of_range":
+        for row in rows:
+            row["index"] += 1
+    elif mode == "non_finite" and rows:
+        rows[-1]["embedding"][0] = math.nan  # json.dumps writes NaN, as some servers do
+    return rows
+
+
+def _model(asked: str, mode: str) -> str:
+    if mode == "other_model":
+        return "other-model"
+    if mode == "org_model":
+        return f"acme/{asked}:latest"
+    return asked
 
 
 def vector(text: str, dimension: int) -> list[float]:

@@ -5,8 +5,10 @@ It answers ``POST /rerank`` (also ``/v1/rerank``, ``/v2/rerank``) in one of the 
 "relevance_score"}]}``) or ``tei`` (Hugging Face TEI: ``{"query", "texts"}`` -> ``[{"index", "score"}]``),
 refusing the other shape with a 422 as they do. Scores come from ``scorer`` (by default the share of the
 query's words a document holds), best first. It records every request, and can be told to misbehave: 429,
-500, a stall past the client's timeout, a body that is not JSON, an index out of range; with ``api_key`` set
-it refuses any other bearer key with a 401.
+500, a stall past the client's timeout, a body that is not JSON, an index out of range (``bad_index``), one
+result fewer than asked (``short``), an index twice (``repeated``), a score that is not a number (``nan``), a
+401 that quotes the whole key it was given (``echo_key``); with ``api_key`` set it refuses any other bearer key
+with a 401.
 
     with FakeRerankEndpoint() as fake:
         settings.rerank.model = f"http:{fake.url}"
@@ -42,7 +44,7 @@ def word_overlap(query: str, document: str) -> float:
 class Behaviour:
     """What the fake does with the next requests. ``failures`` requests fail with ``mode`` first, then ``ok``."""
 
-    mode: str = "ok"  # ok | http_429 | http_500 | stall | garbage | bad_index
+    mode: str = "ok"  # ok | http_429 | http_500 | stall | garbage | bad_index | short | repeated | nan | echo_key
     failures: int = 1_000_000
     stall_seconds: float = 5.0
 
@@ -83,6 +85,8 @@ class FakeRerankEndpoint(LoopbackServer):
             self.keys.append(key)
             behaviour = self.behaviour
             mode = self.take(behaviour)
+        if mode == "echo_key":  # a careless server: its 401 quotes the whole key it was given
+            return 401, {}, json_body({"message": f"invalid api token {key}"})
         if self.api_key is not None and key != self.api_key:
             return 401, {}, json_body({"message": "invalid api token"})
         if mode in {"http_429", "http_500"}:
@@ -98,11 +102,24 @@ class FakeRerankEndpoint(LoopbackServer):
             return 422, {}, json_body({"error": f"missing field `{missing}`", "error_type": "Validation"})
         scores = [self.scorer(query, str(document)) for document in documents]
         ranked = sorted(range(len(scores)), key=lambda i: scores[i], reverse=True)
-        if mode == "bad_index":
-            ranked = [len(documents) + 7, *ranked[1:]]
+        ranked = _misranked(mode, ranked, scores)
         if self.shape == "tei":
+            ranked = ranked[:-1] if mode == "short" else ranked
             return 200, {}, json_body([{"index": i, "score": scores[i] if i < len(scores) else 0.0} for i in ranked])
         top_n = body.get("top_n")
         ranked = ranked[:top_n] if isinstance(top_n, int) else ranked
+        if mode == "short":
+            ranked = ranked[:-1]
         results = [{"index": i, "relevance_score": scores[i] if i < len(scores) else 0.0} for i in ranked]
         return 200, {}, json_body({"id": "fake", "results": results, "meta": {"billed_units": {"search_units": 1}}})
+
+
+def _misranked(mode: str, ranked: list[int], scores: list[float]) -> list[int]:
+    """The ranking a misbehaving server sends instead of ``ranked`` (``scores`` may be changed in place)."""
+    if mode == "bad_index":
+        return [len(scores) + 7, *ranked[1:]]
+    if mode == "repeated":
+        return [ranked[0], *ranked[:-1]]
+    if mode == "nan":
+        scores[ranked[0]] = float("nan")  # json.dumps writes NaN, as a careless server's encoder does
+    return ranked

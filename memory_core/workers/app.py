@@ -20,13 +20,13 @@ from memory_core.core import metrics, routing, tracing
 from memory_core.core.dispatch import open_redis
 from memory_core.core.errors import ConfigurationError, MemoryCoreError
 from memory_core.core.keys import Keys
-from memory_core.core.liveness import Heartbeat, WorkerInfo, store_fields
+from memory_core.core.liveness import Heartbeat, WorkerInfo, reranker_of, store_fields
 from memory_core.core.metrics import NamespaceItems
 from memory_core.core.settings import Settings, get_settings
 from memory_core.workers import beat_schedule, services
 from memory_core.workers.base import MemoryTask
 from memory_core.workers.broker import keep_poison_in, transport_for
-from memory_core.workers.logging import on_setup_logging
+from memory_core.workers.logging import on_setup_logging, redact_secrets_of
 
 signals.setup_logging.connect(on_setup_logging, weak=False)
 
@@ -40,6 +40,7 @@ def create_app(settings: Settings) -> Celery:
             "MEMORY_CELERY__POOL='prefork' cannot share the embedded Qdrant engine between processes; "
             "use MEMORY_CELERY__POOL=threads, or a Qdrant server (MEMORY_QDRANT__BACKEND=server)"
         )
+    redact_secrets_of(settings)  # from every line this process logs, whoever logs it
     app = Celery("memory_core", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
@@ -140,6 +141,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
             hostname=parent.hostname,
             queues=queues,
             embedder=services.embedder_of(parent.app),  # loaded by the preflight, before the consumer starts
+            reranker=reranker_of(settings.rerank.model),  # the setting: a worker whose reranker cannot load never runs
             **store_fields(settings.qdrant),
         )
         self.heartbeat = Heartbeat(base.redis, base.keys, info, interval=settings.celery.heartbeat_interval)

@@ -6,6 +6,9 @@ that fails for good is kept, payload and all, in its namespace's dead-letter lis
 It also refuses, before any effect, a message of any shape but ours or whose token
 does not grant its namespace; such a message is no failed write, and is kept, if at
 all, with the unroutable letters, which are never replayed.
+
+An embeddings endpoint that is unavailable (``TransientEmbedderError``) is ridden out by a write for
+``MEMORY_EMBEDDER__OUTAGE_RETRY`` minutes, not for a count of retries: see ``MemoryTask.retry``.
 """
 
 from __future__ import annotations
@@ -15,14 +18,14 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import redis
 from celery import Task
-from celery.exceptions import Reject
-from pydantic import TypeAdapter, ValidationError
+from celery.exceptions import Reject, Retry
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from memory_core.core import metrics, routing, tracing
 from memory_core.core.auth import AUTH_HEADER, refusal
@@ -43,7 +46,7 @@ logger = logging.getLogger(__name__)
 _NAMESPACE: TypeAdapter[str] = TypeAdapter(Namespace)
 
 
-def request_namespace(kwargs: dict[str, Any] | None) -> str | None:
+def request_namespace(kwargs: Mapping[str, Any] | None) -> str | None:
     """The namespace a raw task message names, if it is a valid one (replies and dead letters go there)."""
     request = (kwargs or {}).get("request")
     if not isinstance(request, dict):
@@ -52,6 +55,49 @@ def request_namespace(kwargs: dict[str, Any] | None) -> str | None:
         return _NAMESPACE.validate_python(request.get("namespace"))
     except ValidationError:
         return None
+
+
+OUTAGE_HEADER = "memory_embedder_outage"
+"""The header a task riding out an embedding outage carries from one retry to the next (see ``Outage``)."""
+
+
+def replay_command(namespace: str | None) -> str:
+    """The command that replays the dead letters of ``namespace`` (a write's, or wherever it is kept)."""
+    return f"memory-core dead-letters replay --namespace {namespace or '<namespace>'}"
+
+
+class Outage(BaseModel):
+    """What a task riding out an embeddings endpoint's outage carries through its retries (``OUTAGE_HEADER``)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")  # a newer worker's fields are no reason to start over
+
+    since: float = Field(allow_inf_nan=False)
+    """When the outage first failed this task: epoch seconds, the worker's clock."""
+    retries: int = Field(ge=0)
+    """How many of the task's retries were the outage's (they do not count against ``max_retries``)."""
+    told: bool = False
+    """Whether the waiting caller was told already that the write is kept and goes on retrying."""
+
+
+def outage_of(request: Any) -> Outage | None:
+    """The outage a task request's header says it is riding out, if any (a malformed header counts as none)."""
+    raw = getattr(request, OUTAGE_HEADER, None)
+    if raw is None:
+        return None
+    try:
+        return Outage.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def kept_while_retrying(exc: TransientEmbedderError, until: float, minutes: float, namespace: str | None) -> str:
+    """What a waiting caller is told when it stops waiting while the write goes on retrying."""
+    at = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"the embedding endpoint is unavailable ({exc}); this call stops waiting, but the write is kept and goes on "
+        f"retrying until {at} ({minutes:g} min after its first failure, MEMORY_EMBEDDER__OUTAGE_RETRY), then it is "
+        f"dead-lettered (replay with `{replay_command(namespace)}`)"
+    )
 
 
 def retry_countdown(exc: BaseException | None, countdown: float | None, longest: float) -> float | None:
@@ -124,7 +170,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
     # A Redis blip inside a task (a lock, a version bump) is retried like a store blip; if Redis is
     # down for longer, the unacknowledged message comes back after the visibility timeout anyway.
     # An embeddings endpoint that is busy or down (429, 5xx, timeout) is retried the same way, no sooner than
-    # its Retry-After (see ``retry``): the wait is the broker's, no worker thread sleeps through it.
+    # its Retry-After, and by a write for MEMORY_EMBEDDER__OUTAGE_RETRY minutes (see ``retry``): the wait is the
+    # broker's, no worker thread sleeps through it.
     autoretry_for = (TransientStoreError, TransientEmbedderError, redis.ConnectionError, redis.TimeoutError)
     retry_backoff = True
     retry_backoff_max = 60
@@ -187,8 +234,26 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         return None
 
     def retry(self, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(kwargs.get("exc"), TransientEmbedderError):  # autoretry passes exc and countdown by name
-            kwargs["countdown"] = retry_countdown(kwargs["exc"], kwargs.get("countdown"), self.retry_backoff_max)
+        """Sends the task again after a transient failure, or raises it to fail for good.
+
+        An embeddings endpoint's outage is ridden out by the tasks that are dead-lettered (writes) for
+        ``MEMORY_EMBEDDER__OUTAGE_RETRY`` minutes from its first failure, however many retries that takes; a
+        short outage then costs a write a delay, not a dead letter. Its retries do not count against
+        ``max_retries`` (the limit of other transient failures), so Celery's ``retry``, which counts them all,
+        is not used for such a task. Other tasks (searches, whose caller waits) keep the usual retries.
+        """
+        exc = kwargs.get("exc")  # autoretry passes exc and countdown by name
+        if isinstance(exc, TransientEmbedderError):
+            kwargs["countdown"] = retry_countdown(exc, kwargs.get("countdown"), self.retry_backoff_max)
+        request = self.request
+        if not request.called_directly and not args and isinstance(exc, Exception):
+            outage = outage_of(request)
+            if isinstance(exc, TransientEmbedderError) and self._dead_lettered:
+                return self._retry_through_outage(exc, kwargs.get("countdown"), outage)
+            if outage is not None:  # a failure after an outage: only the retries of other failures count
+                if request.retries - outage.retries >= (self.max_retries or 0):
+                    raise exc
+                return self._send_retry(exc, kwargs.get("countdown"), outage)
         # Celery drops a message for good (``Reject(requeue=False)``) when it cannot publish the
         # retry, i.e. exactly when the broker is in trouble. Put it back on its queue instead.
         try:
@@ -198,6 +263,57 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             if requeue:
                 raise
             raise Reject(reason, requeue=True) from exc
+
+    def _retry_through_outage(self, exc: TransientEmbedderError, countdown: float | None, outage: Outage | None) -> Any:
+        """Retries an embedding outage until its window ends (then raises ``exc``: the task fails for good and is
+        dead-lettered); tells a waiting caller, once, when it has waited its share."""
+        now = time.time()
+        outage = outage or Outage(since=now, retries=0)
+        minutes = self.basics.settings.embedder.outage_retry
+        until = outage.since + minutes * 60
+        if now >= until:
+            raise exc
+        # The last try comes when the window ends, not after it (a Retry-After may ask for later).
+        wait = min(countdown or 0.0, until - now)
+        outage = outage.model_copy(update={"retries": outage.retries + 1})
+        if not outage.told and self._caller_waited(outage, now + wait):
+            info = ErrorInfo(type=type(exc).__name__, message=kept_while_retrying(exc, until, minutes, self._namespace))
+            self._reply(self.request.kwargs, str(self.request.id), Reply(ok=False, error=info))
+            outage = outage.model_copy(update={"told": True})
+        return self._send_retry(exc, wait, outage)
+
+    def _caller_waited(self, outage: Outage, next_try: float) -> bool:
+        """Whether a caller waiting for this task has waited long enough to be told it goes on: after the usual
+        retries (``max_retries``), or once the next try would come more than ``retry_backoff_max`` seconds after
+        the call was sent (its clock) or the outage began."""
+        sent_at = getattr(self.request, SENT_AT_HEADER, None)
+        began = sent_at if isinstance(sent_at, float | int) and not isinstance(sent_at, bool) else outage.since
+        return self.request.retries + 1 > (self.max_retries or 0) or next_try - began > self.retry_backoff_max
+
+    def _send_retry(self, exc: Exception, countdown: float | None, outage: Outage) -> Any:
+        """What Celery's ``retry`` does once it decided to retry, with ``outage`` in the message's headers: the
+        message is sent again with an ETA (the broker's wait, no worker thread sleeps) and ``Retry`` raised."""
+        request = self.request
+        headers = {**(request.headers or {}), OUTAGE_HEADER: outage.model_dump()}
+        signature = self.signature_from_request(
+            request, countdown=countdown, eta=None, retries=request.retries + 1, headers=headers
+        )
+        try:
+            signature.apply_async()
+        except Exception as error:  # as Celery's retry would, but back on its queue (see ``retry``)
+            raise Reject(error, requeue=True) from error
+        # celery-types declares numbers.Real, which a float is at run time but not to mypy.
+        raise Retry(exc=exc, when=countdown, sig=signature)  # type: ignore[arg-type]
+
+    @property
+    def _namespace(self) -> str | None:
+        """The namespace the current request names, if a valid one (where its dead letters are kept)."""
+        return request_namespace(self.request.kwargs)
+
+    @functools.cached_property
+    def _dead_lettered(self) -> bool:
+        """Whether a task of this name that fails for good is dead-lettered (it carried data or work)."""
+        return routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in routing.DEAD_LETTER_QUEUES
 
     @property
     def basics(self) -> services.Basics:
@@ -222,14 +338,28 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         # told to the caller and kept nowhere: replaying it would fail the same way, and dead letters are
         # what operators alert on, for writes the system failed.
         told = self._reply_namespace(kwargs) is not None
-        if not callers_mistake(exc, kwargs, told=told) and routing.ROUTES.get(self.name, routing.WRITE_QUEUE) in (
-            routing.DEAD_LETTER_QUEUES
-        ):
+        if not callers_mistake(exc, kwargs, told=told) and self._dead_lettered:
+            letter = info
+            if isinstance(exc, TransientEmbedderError):
+                letter = info.model_copy(update={"message": self._outage_over(exc)})
             # A refused message never ran: it is no failed write, and replaying it from its namespace's
             # letters would send it again under the replaying operator's token (which may grant what the
             # sender's did not). It is kept for inspection with the unroutable letters, never replayed.
-            self._dead_letter(args, kwargs, task_id, info, replayable=not getattr(exc, _REFUSED, False))
+            if self._dead_letter(args, kwargs, task_id, letter, replayable=not getattr(exc, _REFUSED, False)):
+                info = letter  # the caller is told it is dead-lettered only once it is
+        elif isinstance(exc, TransientEmbedderError):
+            tries = self.request.retries + 1
+            info = info.model_copy(update={"message": f"{exc}; tried {tries} times: try again once it answers"})
         self._reply(kwargs, task_id, Reply(ok=False, error=info))
+
+    def _outage_over(self, exc: TransientEmbedderError) -> str:
+        """What a write that rode out an embedding outage to the end of its window says as it is dead-lettered."""
+        minutes = self.basics.settings.embedder.outage_retry
+        return (
+            f"the embedding endpoint is unavailable ({exc}); the write was retried for {minutes:g} min "
+            f"(MEMORY_EMBEDDER__OUTAGE_RETRY) and is dead-lettered: replay it with "
+            f"`{replay_command(self._namespace)}` once the endpoint answers"
+        )
 
     def _reply_namespace(self, kwargs: Any) -> str | None:
         """Where a client waits for this task's outcome: its request's namespace, ``!ops`` for operator tasks
@@ -244,8 +374,14 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             return
         svc = self.basics
         key = svc.keys.reply(namespace, task_id)
+        # The caller of a write riding out an outage was told it goes on (see ``_retry_through_outage``): its
+        # outcome replaces that word, so a receipt waited on later, or callers sharing it, read how it ended.
+        outage = outage_of(self.request)
+        replaces = outage is not None and outage.told
 
         def push(pipe: redis.client.Pipeline) -> None:
+            if replaces:
+                pipe.delete(key)
             pipe.rpush(key, reply.model_dump_json())
             pipe.expire(key, svc.settings.celery.reply_ttl)
 
@@ -253,7 +389,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             # The write itself is durable; only the waiting client misses its answer (it times out).
             logger.warning("could not deliver the reply of task %s", task_id)
 
-    def _dead_letter(self, args: Any, kwargs: Any, task_id: str, info: ErrorInfo, *, replayable: bool) -> None:
+    def _dead_letter(self, args: Any, kwargs: Any, task_id: str, info: ErrorInfo, *, replayable: bool) -> bool:
+        """Keeps the failed task's message in the dead letters; False if Redis refused it (it is then lost)."""
         namespace = request_namespace(kwargs) if replayable else None
         svc = self.basics
         letter = {
@@ -277,8 +414,9 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         # Longer than for a reply: this letter is the only copy of a write that failed for good.
         if _write_through_restart(svc.redis, push, 6 * svc.settings.client.reconnect_window):
             logger.error("task %s %s dead-lettered after %d retries", self.name, task_id, self.request.retries)
-        else:
-            logger.critical("task %s %s failed for good and Redis refused its dead letter", self.name, task_id)
+            return True
+        logger.critical("task %s %s failed for good and Redis refused its dead letter", self.name, task_id)
+        return False
 
 
 def _write_through_restart(

@@ -7,6 +7,7 @@ services once per process and caches them. Nothing is opened at import time.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import weakref
@@ -20,6 +21,7 @@ from celery import Celery
 from memory_core.core.auth import TokenMap
 from memory_core.core.coordination import Coordinator
 from memory_core.core.dispatch import Dispatcher, open_redis
+from memory_core.core.errors import ConfigurationError
 from memory_core.core.keys import Keys
 from memory_core.core.locks import RedisLock
 from memory_core.core.messages import AddReply
@@ -28,6 +30,7 @@ from memory_core.core.tokens import default_counter
 from memory_core.engine.batching import AddBatcher
 from memory_core.engine.compaction import CompactionTrigger, Compactor, open_summarizer
 from memory_core.engine.embedders import Embedder, open_embedder
+from memory_core.engine.embedders.base import MAX_DIMENSION
 from memory_core.engine.embedders.cache import EmbeddingCache
 from memory_core.engine.embedders.metering import EmbeddingMeter
 from memory_core.engine.erasure import Eraser
@@ -171,6 +174,7 @@ def _build(base: Basics) -> Services:
     # A remote embedder's tokens go to the usage ledger: the asking namespaces', a reindex's to the operator's.
     meter = EmbeddingMeter(redis_client, keys)
     embedder = open_embedder(settings.embedder, on_usage=meter.record)
+    _probe(embedder, settings.embedder.model)  # before the store: a new one would be pinned at what it declares
     reranker = open_reranker(settings)  # before the store: a reranker that cannot load leaves no lock behind
     # Refuses a store that holds another embedder's vectors (ConfigurationError: the preflight's one line).
     served = _open_store(settings, redis_client, keys, embedder)
@@ -184,6 +188,11 @@ def _build(base: Basics) -> Services:
         collection_for=lambda model: collection_name(settings.qdrant, model),
         open_target_embedder=partial(open_embedder, on_usage=meter.record_operator),
     )
+    try:
+        reindexer.settle_switch()  # a switched store's copies still owed, before this worker serves from it
+    except BaseException:
+        served.close()
+        raise
     store = mirroring(served, reindexer)  # writes reach a running reindex's new collection too
     try:
         summarizer = open_summarizer(settings, embedder)
@@ -261,6 +270,34 @@ def _build(base: Basics) -> Services:
         transfer=Transfer(memory, settings.stack.backup_dir),
         reindexer=reindexer,
     )
+
+
+PROBE_TEXT = "memory-core checks its embedder before it opens the store"
+
+
+def _probe(embedder: Embedder, spec: str) -> None:
+    """Embeds one text and checks the vector against what the embedder declares (its dimension, which the store
+    is opened or created with, and its fingerprint's), before the store is opened.
+
+    An endpoint that ignores ``MEMORY_EMBEDDER__DIMENSIONS``, or answers vectors no store can hold, would
+    otherwise pin a new store at a length no write has, or fail every task of a worker that says it is ready.
+    Raises ``MemoryCoreError`` (the preflight's one line): ``EmbedderError`` from the embedder's own checks of
+    its answer, else ``ConfigurationError`` naming the setting and the values.
+    """
+    vectors = embedder.embed([PROBE_TEXT])
+    lengths = [len(vector) for vector in vectors]
+    declared = embedder.dimension
+    if lengths != [declared] or not 1 <= declared <= MAX_DIMENSION:
+        raise ConfigurationError(
+            f"MEMORY_EMBEDDER__MODEL={spec!r} gave vectors of {lengths} dimensions for one text, but declares "
+            f"{declared} (MEMORY_EMBEDDER__DIMENSIONS, or the model's own); a store holds one length, of 1 to "
+            f"{MAX_DIMENSION:,}: fix MEMORY_EMBEDDER__DIMENSIONS or MEMORY_EMBEDDER__MODEL"
+        )
+    if not all(math.isfinite(value) for value in vectors[0]):
+        raise ConfigurationError(
+            f"MEMORY_EMBEDDER__MODEL={spec!r} gave a vector with a non-finite value (NaN or infinity) for a plain "
+            "text; its weights or its endpoint are broken: fix them, or set MEMORY_EMBEDDER__MODEL to another model"
+        )
 
 
 def _open_store(settings: Settings, redis_client: redis.Redis, keys: Keys, embedder: Embedder) -> VectorStore:

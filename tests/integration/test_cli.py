@@ -17,7 +17,7 @@ from memory_core import MemoryClient
 from memory_core.cli.commands import fingerprint
 from memory_core.core.settings import Settings
 
-from .processes import free_port
+from .processes import PrivateRedis, free_port
 
 CLI = str(Path(sys.executable).parent / "memory-core")
 
@@ -209,15 +209,16 @@ def _worker_runs(worker: object) -> None:
     """Every CLI test talks to the session's worker."""
 
 
-def test_status_counts_the_queues_on_a_broker_apart_from_the_cache_redis(settings: Settings, tmp_path: Path):
-    broker_url = settings.redis.url.rsplit("/", 1)[0] + "/9"  # another database: as good as another server
+def test_status_counts_the_queues_on_a_broker_apart_from_the_cache_redis(
+    settings: Settings, private_redis: PrivateRedis, tmp_path: Path
+):
+    broker_url = private_redis.database_url()  # another server than the cache's
     broker = redis.Redis.from_url(broker_url)
     queue = f"{settings.redis.key_prefix}/memory.write"
     broker.lpush(queue, "{}", "{}", "{}")
     try:
         report = ok(run(settings, tmp_path, "status", "--json", MEMORY_CELERY__BROKER_URL=broker_url))
     finally:
-        broker.delete(queue)
         broker.close()
     assert report["queues"]["memory.write"] == 3
 
@@ -479,13 +480,15 @@ def test_worker_log_lines_name_the_task_inside_one_and_nothing_outside(settings:
     assert receipt.namespace == "acme"
 
 
-def test_models_pull_with_a_local_model_directory_says_it_is_local_and_downloads_nothing(
+def test_models_pull_with_a_local_model_directory_checks_it_holds_the_model_and_downloads_nothing(
     settings: Settings, tmp_path: Path
 ):
-    local = tmp_path / "bge"
-    local.mkdir()
+    pytest.importorskip("fastembed", reason="the [fastembed] extra is not installed")
+    from tests.local_models import FASTEMBED_MINILM, lay_out_minilm
+
+    local = lay_out_minilm(tmp_path / "minilm")
     cache = tmp_path / "models"
-    spec = "fastembed:BAAI/bge-small-en-v1.5"
+    spec = f"fastembed:{FASTEMBED_MINILM}"
     env = {"MEMORY_EMBEDDER__PATH": str(local), "MEMORY_EMBEDDER__CACHE_DIR": str(cache)}
     done = run(settings, tmp_path, "models", "pull", spec, **env)
     assert done.returncode == 0, done.stderr
@@ -495,6 +498,18 @@ def test_models_pull_with_a_local_model_directory_says_it_is_local_and_downloads
         "source": "local",
         "path": str(local),
     }
+    # A directory the worker would refuse is refused now, with the reason, as a line and as a JSON answer.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env["MEMORY_EMBEDDER__PATH"] = str(empty)
+    refused = run(settings, tmp_path, "models", "pull", spec, "--json", **env)
+    assert refused.returncode == 2, refused.stderr
+    answer = json.loads(refused.stdout)
+    assert answer["spec"] == spec
+    assert f"MEMORY_EMBEDDER__PATH={str(empty)!r} holds no loadable {spec}" in answer["error"]
+    assert "lacks model.onnx" in answer["error"]
+    (line,) = refused.stderr.strip().splitlines()
+    assert "holds no loadable" in line
     assert not cache.exists()
 
 
@@ -515,5 +530,88 @@ def test_models_pull_finds_a_completed_copy_in_the_cache_and_refuses_what_it_can
     bad = run(settings, tmp_path, "models", "pull", "word2vec", **env)
     assert bad.returncode == 2
     assert "'word2vec'" in bad.stderr
-    assert "fastembed:<name>" in bad.stderr
+    assert "fastembed:<model>" in bad.stderr
     assert ok(run(settings, tmp_path, "models", "pull", "all-MiniLM-L6-v2", "--json"))["source"] == "shipped"
+    failed = run(settings, tmp_path, "models", "pull", "fastembed:no/such-model", "--json", **env)
+    assert failed.returncode == 1
+    assert "'no/such-model'" in json.loads(failed.stdout)["error"]
+
+
+def test_items_search_hands_rerank_to_the_workers(settings: Settings, tmp_path: Path, namespace: str):
+    ok(run(settings, tmp_path, "sets", "create", namespace, "u", "notes"))
+    ok(run(settings, tmp_path, "items", "add", namespace, "u", "notes", stdin='{"value": "green tea", "id": "t"}\n'))
+    asked = run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", "--rerank")
+    assert asked.returncode == 2, asked.stderr  # the session's workers have no reranker, and say so
+    assert "the workers have no reranker" in asked.stderr
+    off = ok(run(settings, tmp_path, "items", "search", namespace, "u", "notes", "tea", "--no-rerank", "--json"))
+    assert [hit["id"] for hit in off] == ["t"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_up_prints_the_metrics_port_its_worker_picked_and_status_shows_the_reranker_and_a_reindex(
+    private_redis: PrivateRedis, tmp_path: Path
+):
+    import httpx
+
+    from memory_core.testing.fake_rerank import VALID_KEY, FakeRerankEndpoint
+
+    with FakeRerankEndpoint() as endpoint:
+        env = {
+            "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin",
+            "MEMORY_REDIS__URL": private_redis.database_url(),  # no other worker consumes these queues
+            "MEMORY_REDIS__KEY_PREFIX": "mcup",
+            "MEMORY_QDRANT__PATH": str(tmp_path / "qdrant"),
+            "MEMORY_STACK__RUN_DIR": str(tmp_path / "run"),
+            "MEMORY_STACK__BACKUP_DIR": str(tmp_path / "backups"),
+            "MEMORY_METRICS__PORT": "0",
+            "MEMORY_RERANK__MODEL": f"http:{endpoint.url}",
+            "MEMORY_RERANK__API_KEY": VALID_KEY,
+            "MEMORY_CLIENT__TIMEOUT": "60",
+        }
+
+        def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [CLI, *args],
+                input=stdin,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=tmp_path,
+                timeout=180,
+                check=False,
+            )
+
+        try:
+            up = cli("up", "--no-beat", "--no-flower")
+            assert up.returncode == 0, up.stderr + up.stdout
+            (line,) = [row for row in up.stdout.splitlines() if row.startswith("metrics  ")]
+            url = line.split()[1]
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            assert port != 0, line
+            assert "memory_core_tasks_total" in httpx.get(url, timeout=10).text  # the worker serves there
+
+            status = cli("status")
+            assert status.returncode == 0, status.stderr
+            assert f"reranker http:{endpoint.url}" in status.stdout.splitlines()
+            assert "reindex" not in status.stdout  # none started: nothing to see to
+            assert cli("sets", "create", "acme", "u", "notes").returncode == 0
+            lines = '{"value": "green tea", "id": "t"}\n{"value": "black coffee", "id": "c"}\n'
+            added = cli("items", "add", "acme", "u", "notes", stdin=lines)
+            assert added.returncode == 0, added.stderr
+            asked = len(endpoint.requests)
+            assert cli("items", "search", "acme", "u", "notes", "green tea", "--no-rerank").returncode == 0
+            assert len(endpoint.requests) == asked
+            assert cli("items", "search", "acme", "u", "notes", "green tea", "--rerank").returncode == 0
+            assert len(endpoint.requests) == asked + 1
+
+            started = cli("reindex", "--to", "hashing", "--detach")
+            assert started.returncode == 0, started.stderr
+            report = json.loads(cli("status", "--json").stdout)
+            assert report["reindex"]["state"] in ("building", "complete")
+            assert report["reindex"]["target_spec"] == "hashing"
+            rows = cli("status").stdout.splitlines()
+            assert any(row.startswith(f"reindex {report['reindex']['state']}: ") for row in rows), rows
+            assert any(row.startswith("  next: ") for row in rows), rows
+        finally:
+            cli("down")

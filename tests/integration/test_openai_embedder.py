@@ -1,20 +1,23 @@
 """A worker that embeds through an OpenAI-compatible endpoint (a fake one on loopback, through the real SDK):
-a 429 is retried by the task, no sooner than its Retry-After; an endpoint that keeps failing reaches the caller
-as ``EmbedderError`` and the write is dead-lettered after its retries; the tokens it uses are in the usage
-ledger of the namespace that asked (a reindex's, the operator's)."""
+a 429 is retried by the task, no sooner than its Retry-After; a write rides out an outage of the endpoint for
+``MEMORY_EMBEDDER__OUTAGE_RETRY`` minutes and lands, its caller told after the usual retries that it goes on;
+past that window it is dead-lettered, and its caller told so; a search fails after the usual retries; the tokens
+it uses are in the usage ledger of the namespace that asked (a reindex's, the operator's)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from memory_core import EmbedderError, MemoryClient
+from memory_core import EmbedderError, MemoryClient, TransientEmbedderError
 from memory_core.client.admin import Admin
 from memory_core.client.deadletters import DeadLetters
 from memory_core.core.models import EmbeddingUsage
@@ -24,6 +27,7 @@ from memory_core.workers.app import create_app
 from tests.integration.conftest import make_settings
 from tests.integration.in_thread import in_thread_worker
 from tests.integration.processes import CLI, client_env
+from tests.integration.waiting import wait_for
 from tests.reindexing import follow
 
 MODEL = "openai:text-embedding-3-small"
@@ -35,19 +39,28 @@ def endpoint() -> Iterator[FakeOpenAI]:
         yield fake
 
 
-@pytest.fixture
-def client(redis_url: str, tmp_path: Path, endpoint: FakeOpenAI) -> Iterator[MemoryClient]:
+@contextlib.contextmanager
+def _deployment(
+    redis_url: str, data: Path, endpoint: FakeOpenAI, *, max_retries: int = 2, **embedder: Any
+) -> Iterator[MemoryClient]:
+    """A worker in a thread embedding through ``endpoint``, and a client of it."""
     settings = make_settings(
         redis_url,
-        tmp_path / "qdrant",
+        data,
         redis={"url": redis_url, "key_prefix": "mcopenai"},
-        embedder={"model": MODEL, "base_url": endpoint.url, "api_key": VALID_KEY},
-        celery={"concurrency": 2, "max_retries": 2, "retry_backoff_max": 5},
+        embedder={"model": MODEL, "base_url": endpoint.url, "api_key": VALID_KEY, **embedder},
+        celery={"concurrency": 2, "max_retries": max_retries, "retry_backoff_max": 5},
     )
     app = create_app(settings)
     with in_thread_worker(app, concurrency=2), MemoryClient(settings) as memory:
         yield memory
     services.close(app)
+
+
+@pytest.fixture
+def client(redis_url: str, tmp_path: Path, endpoint: FakeOpenAI) -> Iterator[MemoryClient]:
+    with _deployment(redis_url, tmp_path / "qdrant", endpoint) as memory:
+        yield memory
 
 
 def _embedding_requests(endpoint: FakeOpenAI, text: str) -> int:
@@ -66,17 +79,66 @@ def test_a_rate_limited_write_is_retried_after_the_endpoints_retry_after(client:
     assert hit.id == "launch"
 
 
-@pytest.mark.timeout(120)
-def test_an_endpoint_that_keeps_failing_reaches_the_caller_and_the_dead_letters(
+@pytest.mark.timeout(180)
+def test_a_write_rides_out_an_outage_longer_than_its_retries_and_lands(
     client: MemoryClient, endpoint: FakeOpenAI, raw_redis
 ):
     notes = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
+    # Six failed tries: twice the usual retries (max_retries=2), which dead-lettered the write before.
+    endpoint.behave("http_500", failures=6, retry_after=None)
+    receipt = notes.submit(["landed after the outage"], ids=["outage"])
+    told = (
+        r"the embedding endpoint is unavailable \(the embeddings endpoint at localhost .*\(HTTP 500\)\); this call "
+        r"stops waiting, but the write is kept and goes on retrying until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(5 min after its "
+        r"first failure, MEMORY_EMBEDDER__OUTAGE_RETRY\), then it is dead-lettered \(replay with `memory-core "
+        r"dead-letters replay --namespace acme`\)"
+    )
+    with pytest.raises(TransientEmbedderError, match=told):
+        receipt.wait()
+    wait_for(lambda: [item.id for item in notes.get(["outage"])] == ["outage"], timeout=150, interval=0.5)
+    assert _embedding_requests(endpoint, "landed after the outage") == 7
+    assert receipt.wait() == ["outage"]  # the write's own outcome replaced what its caller was told
+    assert DeadLetters(raw_redis, client.keys, client.dispatcher).namespaces() == []
+
+
+@pytest.mark.timeout(180)
+def test_a_write_past_its_outage_window_is_dead_lettered_and_its_caller_told_so(
+    redis_url: str, tmp_path: Path, endpoint: FakeOpenAI, raw_redis
+):
+    # No usual retries: the caller is told at the first failure; the window is 6 seconds.
+    with _deployment(redis_url, tmp_path / "qdrant", endpoint, max_retries=0, outage_retry=0.1) as client:
+        notes = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
+        endpoint.behave("http_500", retry_after=None)
+        receipt = notes.submit(["kept for later"], ids=["later"])
+        with pytest.raises(TransientEmbedderError, match=r"goes on retrying until .* \(0\.1 min after its first"):
+            receipt.wait()
+        letters = DeadLetters(raw_redis, client.keys, client.dispatcher)
+        wait_for(lambda: "acme" in letters.namespaces(), timeout=60, interval=0.2)
+        dead = (
+            r"the embedding endpoint is unavailable \(.*\(HTTP 500\)\); the write was retried for 0\.1 min "
+            r"\(MEMORY_EMBEDDER__OUTAGE_RETRY\) and is dead-lettered: replay it with `memory-core dead-letters "
+            r"replay --namespace acme` once the endpoint answers"
+        )
+        with pytest.raises(TransientEmbedderError, match=dead):
+            receipt.wait()
+        assert _embedding_requests(endpoint, "kept for later") >= 2  # retried through the window, not once
+        (letter,) = letters.entries("acme")
+        assert "is dead-lettered" in letter.error["message"]
+
+        endpoint.behave("ok")
+        letters.replay("acme")
+        wait_for(lambda: [item.id for item in notes.get(["later"])] == ["later"], timeout=60, interval=0.2)
+
+
+@pytest.mark.timeout(120)
+def test_a_search_during_an_outage_fails_after_the_usual_retries_and_says_so(
+    client: MemoryClient, endpoint: FakeOpenAI
+):
+    notes = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
     endpoint.behave("http_500", retry_after=None)
-    with pytest.raises(EmbedderError, match="HTTP 500"):
-        notes.add(["kept for later"], ids=["later"])
-    assert _embedding_requests(endpoint, "kept for later") == 3  # the first try and max_retries=2
-    letters = DeadLetters(raw_redis, client.keys, client.dispatcher)
-    assert "acme" in letters.namespaces()
+    with pytest.raises(TransientEmbedderError, match=r"\(HTTP 500\); tried 3 times: try again once it answers"):
+        notes.search("what moved to Friday?")
+    assert _embedding_requests(endpoint, "what moved to Friday?") == 3  # the first try and max_retries=2
 
 
 def _fake_tokens(texts: list[str]) -> int:
@@ -172,3 +234,33 @@ def test_a_reindexs_embeddings_are_the_operators_not_the_tenants(redis_url: str,
         assert admin.operator_usage().embeddings == {MODEL: EmbeddingUsage(tokens=tokens, texts=texts)}
         assert client.usage("acme").embeddings == {}  # acme's own embedder is local; the copies are not its
     services.close(app)
+
+
+FOUR_TEXTS = ["the launch moved to Friday", "Alice owns the rollout plan", "budget review is on the 12th", "tea at 4"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("mode", "problem"),
+    [
+        ("duplicate_indices", "answered indices [0, 1, 0, 1] for 4 texts; expected each of 0..3 once"),
+        ("out_of_range", "answered indices [1, 2, 3, 4] for 4 texts"),
+        ("other_model", "answered as model 'other-model', but"),
+    ],
+)
+def test_a_write_the_endpoint_answers_wrongly_fails_typed_and_stores_nothing(
+    client: MemoryClient, endpoint: FakeOpenAI, mode: str, problem: str
+):
+    notes = client.long_term("acme", "u").get_or_create_memory_set("notes", dedup="none")
+    endpoint.behave(mode)
+    with pytest.raises(EmbedderError) as refused:
+        notes.add(FOUR_TEXTS, ids=["a", "b", "c", "d"])
+    assert problem in str(refused.value)
+    assert _embedding_requests(endpoint, FOUR_TEXTS[0]) == 1  # a retry would get the same answer: none is made
+    endpoint.behave("ok")
+    assert notes.size() == 0
+    assert notes.get() == []
+    notes.add(FOUR_TEXTS, ids=["a", "b", "c", "d"])  # the same write, answered rightly, lands
+    for item_id, text in zip("abcd", FOUR_TEXTS, strict=True):  # each vector is its own text's (the fake's are)
+        (hit,) = notes.search(text, limit=1)
+        assert hit.id == item_id

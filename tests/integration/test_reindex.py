@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -15,20 +16,25 @@ import redis
 
 from memory_core import ChatMessage, MemoryClient
 from memory_core.client.admin import Admin
+from memory_core.core.coordination import Coordinator
 from memory_core.core.errors import InvalidRequestError
+from memory_core.core.keys import Keys
+from memory_core.core.models import Scope
 from memory_core.core.settings import QdrantSettings, Settings
 from memory_core.engine.embedders.hashing import hashing_fingerprint
 from memory_core.engine.embedders.minilm import minilm_fingerprint
+from memory_core.engine.reindex import PARTS
 from memory_core.engine.stores import collection_name
+from memory_core.testing.fake_openai import VALID_KEY, FakeOpenAI
 from tests.local_models import FASTEMBED_MINILM, lay_out_minilm
 from tests.reindexing import both_collections, follow
 
-from .conftest import REDIS_URL
-from .processes import CELERY, CLI, ROOT, celery_process
+from .processes import CELERY, CLI, ROOT, PrivateRedis, celery_process
+from .waiting import queued_tasks, wait_for
 
 pytestmark = pytest.mark.slow
 
-URL = REDIS_URL.rsplit("/", 1)[0] + "/14"  # a DB of its own: no worker of the session consumes it
+URL = ""  # each test's own Redis database (no worker of the session consumes it), set by _fresh_db
 
 
 def _env(path: Path, **extra: str) -> dict[str, str]:
@@ -47,8 +53,9 @@ def _settings() -> Settings:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_db() -> None:
-    redis.Redis.from_url(URL).flushdb()
+def _fresh_db(private_redis: PrivateRedis) -> None:
+    global URL
+    URL = private_redis.database_url()
 
 
 def test_minilm_to_hashing_while_writing_then_switch_and_drop_old(tmp_path: Path):
@@ -167,7 +174,10 @@ def test_the_cli_re_embeds_minilm_for_the_same_model_through_fastembed_and_the_s
         done = _cli("--to", target, "--path", str(model_dir), path=path)
         assert done.returncode == 0, done.stderr
         assert "reindex complete" in done.stdout
-        assert f"restart the workers with MEMORY_EMBEDDER__MODEL={target}" in done.stdout
+        # Every setting the restart needs, not only the model (the documented restart ran with it alone).
+        assert f"restart every worker with MEMORY_EMBEDDER__MODEL={target} MEMORY_EMBEDDER__PATH={model_dir}" in (
+            " ".join(done.stdout.split())
+        )
         assert "re-embedded (2 passes)" in done.stderr  # the progress line (no terminal here)
         status = json.loads(_cli("--status", "--json", path=path).stdout)
         assert status["state"] == "complete"
@@ -223,3 +233,61 @@ def test_an_aborted_reindex_drops_its_collection_and_the_store_serves_on(tmp_pat
     )
     assert refused.returncode == 1
     assert "MEMORY_EMBEDDER__MODEL back to 'all-MiniLM-L6-v2'" in refused.stderr
+
+
+def test_the_targets_outage_fails_no_write_piles_up_nothing_and_the_switch_clears_cached_searches(tmp_path: Path):
+    """The live path never waits on the target; its outage is said and waited out with a bounded number of
+    messages; the restart needs every setting the "next:" line prints; the switch makes old-model search
+    results unreachable."""
+    path = tmp_path / "store"
+    raw = redis.Redis.from_url(URL)
+    settings = _settings()
+    keys = Keys(settings.redis.key_prefix)
+    scope = Scope("alpha", "u1", "notes")
+    source_env = _env(path, MEMORY_EMBEDDER__API_KEY=VALID_KEY, MEMORY_REINDEX__LOCK_TTL="5")
+    with FakeOpenAI() as fake:
+        with ExitStack() as stack:
+            stack.enter_context(celery_process("worker", source_env, tmp_path / "worker-minilm.log"))
+            client = stack.enter_context(MemoryClient(settings))
+            notes = client.long_term(*scope[:2]).get_or_create_memory_set("notes", capacity=100_000, dedup="none")
+            notes.add([f"note {i} about the harbour" for i in range(100)], ids=[f"n{i}" for i in range(100)])
+            assert notes.search("harbour", limit=3)  # cached under the set's version
+            version = Coordinator(raw, keys).version(scope)
+
+            fake.behave("http_500")
+            admin = Admin(client)
+            admin.reindex("start", to="openai:fake-model", base_url=fake.url, dimensions=8)
+            wait_for(lambda: bool(admin.reindex("status").target_error), 120)
+            status = admin.reindex("status")
+            assert "500" in status.target_error or "unavailable" in status.target_error.lower()
+            # Adds succeed while the target is down (stored at once, never dead-lettered) and owe it a copy.
+            notes.add([f"written while the target is down {i}" for i in range(30)], ids=[f"d{i}" for i in range(30)])
+            assert len(notes.get([f"d{i}" for i in range(30)])) == 30
+            assert admin.reindex("status").owed >= 30
+            for _ in range(20):  # following in the foreground re-kicks stalled parts: never more than one each
+                time.sleep(0.5)
+                assert admin.reindex("status").state == "building"
+                held = queued_tasks(raw, settings) + int(raw.hlen(f"{settings.broker_key_prefix}unacked"))
+                assert held <= 3 * (PARTS + 1)
+            described = _cli("--status", path=path).stdout
+            assert "target unreachable:" in described
+            assert "retrying" in described
+
+            fake.behave("ok")
+            done = follow(admin)
+            assert (done.state, done.owed, done.target_error) == ("complete", 0, "")
+            assert done.last_success_at is not None
+
+        restart = ["MEMORY_EMBEDDER__MODEL=openai:fake-model", f"MEMORY_EMBEDDER__BASE_URL={fake.url}"]
+        assert done.restart == [*restart, "MEMORY_EMBEDDER__DIMENSIONS=8"]
+        target_env = _env(path, MEMORY_EMBEDDER__API_KEY=VALID_KEY)
+        target_env.update(line.partition("=")[::2] for line in done.restart)
+        with ExitStack() as stack:
+            stack.enter_context(celery_process("worker", target_env, tmp_path / "worker-target.log"))
+            client = stack.enter_context(MemoryClient(settings))
+            assert Admin(client).reindex("status").state == "switched"
+            assert Coordinator(raw, keys).version(scope) > version  # no search cached under the old model
+            notes = client.long_term(*scope[:2]).get_memory_set("notes")
+            assert len(notes.get()) == 130
+            assert notes.search("harbour", limit=3)
+    raw.close()

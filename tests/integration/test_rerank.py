@@ -84,8 +84,9 @@ def test_the_reranker_orders_the_fused_candidates_in_one_request(notes: MemorySe
     assert _ids(reranked) == ["launch", "tea"]
     assert [hit.score for hit in reranked] == [1.0, 0.5]  # the reranker's scores replace the fused ones
     (sent,) = endpoint.requests
-    # Every candidate (4 items, under MEMORY_RERANK__CANDIDATES=10) in the fused order, in one request.
-    assert sent == {"query": QUERY, "documents": [hit.value for hit in fused], "top_n": 2}
+    # Every candidate (4 items, under MEMORY_RERANK__CANDIDATES=10) in the fused order, in one request, each
+    # to be scored (top_n: all of them), so the answer is checked in full; the best 2 are kept.
+    assert sent == {"query": QUERY, "documents": [hit.value for hit in fused], "top_n": 4}
 
 
 def test_the_read_cache_never_serves_one_switch_the_others_result(notes: MemorySet, endpoint: FakeRerankEndpoint):
@@ -104,6 +105,26 @@ def test_a_failing_endpoint_reaches_the_caller_at_once_and_the_search_can_go_wit
         notes.search("who runs Lyon?", limit=1)
     assert len(endpoint.requests) == 1  # not retried: the caller is told, and decides
     assert _ids(notes.search("who runs Lyon?", limit=1, rerank=False)) == ["lyon"]
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("short", r"answered 3 scores for the 4 documents sent"),
+        ("repeated", r"answered indices \[\d, \d, \d, \d\] for 4 documents; expected each of 0 to 3 once"),
+        ("nan", r"not a ranking \(results\.0\.relevance_score: Input should be a finite number\)"),
+    ],
+)
+def test_an_answer_that_scores_fewer_or_other_documents_fails_the_search_and_is_never_cached(
+    notes: MemorySet, endpoint: FakeRerankEndpoint, mode: str, said: str
+):
+    endpoint.behave(mode)
+    with pytest.raises(RerankerError, match=said) as caught:
+        notes.search(QUERY, limit=4)
+    assert not isinstance(caught.value, TransientRerankerError)
+    endpoint.behave("ok")  # the endpoint recovers: the search is answered by it, in full, not from a cache
+    assert len(notes.search(QUERY, limit=4)) == 4
+    assert len(endpoint.requests) == 1
 
 
 def test_an_endpoint_past_its_timeout_is_a_typed_error_not_a_hang(notes: MemorySet, endpoint: FakeRerankEndpoint):

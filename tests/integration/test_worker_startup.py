@@ -14,27 +14,32 @@ from celery import Celery
 from memory_core import ConfigurationError, MemoryClient
 from memory_core.client.deadletters import DeadLetters
 from memory_core.core.settings import Settings
+from memory_core.testing.fake_openai import VALID_KEY, FakeOpenAI
 from memory_core.workers import services
 from memory_core.workers.app import create_app
 
-from .conftest import REDIS_URL, make_settings
+from .conftest import make_settings
 from .in_thread import in_thread_worker
-from .processes import CELERY, ROOT, celery_process
-from .waiting import flush_keeping_heartbeats
+from .processes import CELERY, ROOT, PrivateRedis, celery_process
 
 pytestmark = pytest.mark.slow
 
-URL = REDIS_URL.rsplit("/", 1)[0] + "/8"  # a DB of its own: no worker of the session consumes it
+
+@pytest.fixture
+def own_url(private_redis: PrivateRedis) -> str:
+    """A Redis database of the test's own: no worker of the session consumes its queues."""
+    return private_redis.database_url()
 
 
-def _start(env: dict[str, str], timeout: float = 60) -> tuple[int, str, float]:
-    """Runs ``celery worker`` until it exits; its exit code, its stderr's last line, and how long it ran."""
+def _start(url: str, env: dict[str, str], timeout: float = 60) -> tuple[int, str, float]:
+    """Runs ``celery worker`` on ``url`` until it exits; its exit code, its stderr's last line, and how long it
+    ran."""
     started = time.monotonic()
     done = subprocess.run(
         [CELERY, "-A", "memory_core.workers.app", "worker", "-l", "WARNING"],
         check=False,
         cwd=ROOT,
-        env={**os.environ, "MEMORY_REDIS__URL": URL, **env},
+        env={**os.environ, "MEMORY_REDIS__URL": url, **env},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -43,10 +48,10 @@ def _start(env: dict[str, str], timeout: float = 60) -> tuple[int, str, float]:
     return done.returncode, lines[-1] if lines else "", time.monotonic() - started
 
 
-def test_a_worker_whose_store_cannot_be_opened_exits_at_once_naming_the_path(tmp_path: Path):
+def test_a_worker_whose_store_cannot_be_opened_exits_at_once_naming_the_path(own_url: str, tmp_path: Path):
     (tmp_path / "plain-file").write_text("")
     path = tmp_path / "plain-file" / "store"
-    code, last, took = _start({"MEMORY_QDRANT__PATH": str(path)})
+    code, last, took = _start(own_url, {"MEMORY_QDRANT__PATH": str(path)})
     assert code != 0
     assert last.startswith("memory-core worker cannot start: cannot open the embedded store at")
     assert str(path) in last
@@ -54,16 +59,16 @@ def test_a_worker_whose_store_cannot_be_opened_exits_at_once_naming_the_path(tmp
     assert took < 30  # start-up time, not a task timeout; measured: under 1 s
 
 
-def test_a_second_worker_on_a_held_embedded_store_exits_naming_the_holder(tmp_path: Path):
-    env = {"MEMORY_QDRANT__PATH": str(tmp_path / "store"), "MEMORY_REDIS__URL": URL}
+def test_a_second_worker_on_a_held_embedded_store_exits_naming_the_holder(own_url: str, tmp_path: Path):
+    env = {"MEMORY_QDRANT__PATH": str(tmp_path / "store"), "MEMORY_REDIS__URL": own_url}
     with celery_process("worker", env, tmp_path / "first.log") as first:
-        code, last, _ = _start(env)
+        code, last, _ = _start(own_url, env)
     assert code != 0
     assert f"in use by pid {first.pid}" in last
     assert str((tmp_path / "store").resolve()) in last
 
 
-def test_a_worker_without_its_model_runtime_exits_naming_the_package(tmp_path: Path):
+def test_a_worker_without_its_model_runtime_exits_naming_the_package(own_url: str, tmp_path: Path):
     # A plain install without the worker's packages: onnxruntime cannot be imported.
     (tmp_path / "onnxruntime").mkdir()
     (tmp_path / "onnxruntime" / "__init__.py").write_text(
@@ -74,15 +79,44 @@ def test_a_worker_without_its_model_runtime_exits_naming_the_package(tmp_path: P
         "MEMORY_EMBEDDER__MODEL": "all-MiniLM-L6-v2",
         "PYTHONPATH": str(tmp_path),
     }
-    code, last, _ = _start(env)
+    code, last, _ = _start(own_url, env)
     assert code != 0
     assert last == "memory-core worker cannot start: missing package 'onnxruntime': pip install 'memory-core[worker]'"
 
 
+@pytest.mark.parametrize(
+    ("mode", "dimensions", "named"),
+    [
+        ("ignore_dimensions", "256", ["ignores MEMORY_EMBEDDER__DIMENSIONS=256", "[384] dimensions", "set it to 384"]),
+        ("huge_dimension", "", ["65,537 dimensions", "MEMORY_EMBEDDER__DIMENSIONS", "MEMORY_EMBEDDER__MODEL"]),
+        ("zero_dimension", "", ["0 dimensions", "MEMORY_EMBEDDER__DIMENSIONS"]),
+        ("non_finite", "384", ["non-finite value (NaN or infinity)"]),
+    ],
+)
+def test_a_worker_whose_endpoint_answers_vectors_no_store_can_take_exits_naming_the_setting(
+    own_url: str, tmp_path: Path, mode: str, dimensions: str, named: list[str]
+):
+    store = tmp_path / "store"
+    env = {
+        "MEMORY_QDRANT__PATH": str(store),
+        "MEMORY_EMBEDDER__MODEL": "openai:text-embedding-3-small",
+        "MEMORY_EMBEDDER__API_KEY": VALID_KEY,
+        **({"MEMORY_EMBEDDER__DIMENSIONS": dimensions} if dimensions else {}),
+    }
+    with FakeOpenAI(dimension=384) as endpoint:
+        endpoint.behave(mode)
+        code, last, _ = _start(own_url, {**env, "MEMORY_EMBEDDER__BASE_URL": endpoint.url})
+        assert len(endpoint.requests) == 1  # one probe, before anything else
+    assert code != 0
+    assert last.startswith("memory-core worker cannot start: the embeddings endpoint at localhost")
+    for part in named:
+        assert part in last
+    assert not store.exists() or not any(store.iterdir())  # checked before the store: nothing pinned at a length
+
+
 @pytest.fixture
-def own_worker(tmp_path: Path) -> tuple[Settings, Celery]:
-    flush_keeping_heartbeats(URL)
-    settings = make_settings(URL, tmp_path / "store", client={"timeout": 20})
+def own_worker(own_url: str, tmp_path: Path) -> tuple[Settings, Celery]:
+    settings = make_settings(own_url, tmp_path / "store", client={"timeout": 20})
     return settings, create_app(settings)
 
 
@@ -107,7 +141,7 @@ def test_a_task_that_cannot_reach_the_store_still_replies_and_keeps_the_write(ow
         with pytest.raises(ConfigurationError, match="cannot open the embedded store"):
             notes.add(["kept in a dead letter"], ids=["late"])
         assert time.monotonic() - started < 10  # the typed reply, not the 20 s client timeout
-        letters = DeadLetters(redis.Redis.from_url(URL), client.keys, client.dispatcher)
+        letters = DeadLetters(redis.Redis.from_url(settings.redis.url), client.keys, client.dispatcher)
         (letter,) = letters.entries("acme")
         assert letter.payload["request"]["items"][0]["value"] == "kept in a dead letter"
     services.close(app)

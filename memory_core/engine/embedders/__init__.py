@@ -1,8 +1,9 @@
 """Embedders: the ``Embedder`` Protocol and one module per provider, chosen by ``MEMORY_EMBEDDER__MODEL``.
 
-``all-MiniLM-L6-v2`` (ONNX, shipped, the default), ``fastembed:<name>``, ``openai:<model>``, and ``hashing``
-(tests only). Each provider registers a builder in ``_PROVIDERS``; the rest of the engine only sees the
-Protocol and the embedder's ``fingerprint``.
+``minilm`` (``all-MiniLM-L6-v2``: ONNX, shipped, the default), ``fastembed:<name>``, ``openai:<model>``, and
+``hashing`` (tests only); ``embedder_spec`` (in the settings) checks a spec and says what a near miss meant.
+Each provider registers a builder in ``_PROVIDERS``; the rest of the engine only sees the Protocol and the
+embedder's ``fingerprint``.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from memory_core.core.errors import ConfigurationError
-from memory_core.core.settings import EmbedderSettings
+from memory_core.core.settings import EmbedderSettings, embedder_spec
 from memory_core.engine.embedders.base import Embedder, EmbedderFingerprint, UsageHook
 
 __all__ = ["Embedder", "EmbedderFingerprint", "open_embedder", "pre_fingerprint_models"]
@@ -57,14 +58,12 @@ def open_embedder(settings: EmbedderSettings, *, on_usage: UsageHook | None = No
     ``on_usage``: called with each endpoint request's tokens by a remote embedder (``openai:``); local models
     cost nothing per token and never call it (``metering``).
     """
-    prefix, _, name = settings.model.partition(":")
-    build = _PROVIDERS.get(prefix)
-    if build is None:  # the setting's pattern keeps this out; a spec built in code might not
-        raise ConfigurationError(
-            f"MEMORY_EMBEDDER__MODEL={settings.model!r} names no embedder; expected all-MiniLM-L6-v2, hashing, "
-            "fastembed:<name> or openai:<model>"
-        )
-    return build(settings, name, on_usage)
+    try:  # the setting's validator keeps a bad spec out; one built in code (model_construct) might not be
+        spec = embedder_spec(settings.model)
+    except ValueError as exc:
+        raise ConfigurationError(f"MEMORY_EMBEDDER__MODEL={settings.model!r} names no embedder: {exc}") from None
+    prefix, _, name = spec.partition(":")
+    return _PROVIDERS[prefix](settings, name, on_usage)
 
 
 def pre_fingerprint_models() -> dict[str, Callable[[], EmbedderFingerprint]]:

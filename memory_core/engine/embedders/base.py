@@ -15,6 +15,9 @@ from memory_core.core.tracing import tracer
 
 T = TypeVar("T")
 
+MAX_DIMENSION = 65536
+"""The longest vector a store takes (Qdrant's limit): a fingerprint of more is not valid."""
+
 
 class EmbedderFingerprint(BaseModel):
     """What makes two embedders' vectors comparable: two fingerprints that differ in any field mean vectors of
@@ -28,7 +31,7 @@ class EmbedderFingerprint(BaseModel):
     """The provider's model id (e.g. ``BAAI/bge-small-en-v1.5``)."""
     revision: str = Field(default="", max_length=200)
     """A revision or a hash of the model's weights file, where the provider has one; ``""`` where not."""
-    dimension: int = Field(ge=1, le=65536)
+    dimension: int = Field(ge=1, le=MAX_DIMENSION)
     pooling: Literal["mean", "cls", "none", "remote"] = "mean"
     """How token vectors become one: ``remote`` when an endpoint does it (unknown to us, fixed by the model)."""
     normalized: bool = True

@@ -448,7 +448,17 @@ class FastEmbedEmbedder:
 
 def _main(argv: Sequence[str]) -> int:
     """``<name> <cache_dir>``: pulls, printing ``{"done": n, "total": n}`` lines, then ``{"path": dir,
-    "downloaded": bool}``, or ``{"error": message}`` and exit status 1."""
+    "downloaded": bool}``, or ``{"error": message}`` and exit status 1. ``<name> --check <dir>``: loads the
+    model in ``dir`` as a worker given it as ``MEMORY_EMBEDDER__PATH`` does, and checks a vector as a pull
+    does, printing ``{"path": dir}`` or ``{"error": message}`` and exit status 1."""
+    if len(argv) == 3 and argv[1] == "--check":
+        try:
+            _check(_description(argv[0]), Path(argv[2]))
+        except EmbedderError as exc:
+            print(json.dumps({"error": str(exc)}), flush=True)
+            return 1
+        print(json.dumps({"path": argv[2]}), flush=True)
+        return 0
     name, cache_dir = argv
 
     def report(done: int, total: int) -> None:

@@ -34,10 +34,18 @@ class Reranker(Protocol):
 
 
 def rerank_timed(reranker: Reranker, query: str, documents: list[str], top_n: int) -> Ranking:
-    """``reranker.rerank(...)``, timed and traced, its answer checked (every index once and in range, scores
-    finite) and put best first."""
+    """``reranker.rerank(...)``, timed and traced, its answer checked (no fewer than ``top_n`` of the documents,
+    every index once and in range, scores finite) and put best first.
+
+    The providers check their model's or endpoint's answer in full; this holds any ``Reranker`` to the
+    Protocol, so a short ranking never silently shortens a search (nor is cached as its result)."""
     with tracer.start_as_current_span("rerank", attributes={"documents": len(documents)}), timed(RERANK_SECONDS):
         ranking = reranker.rerank(query, documents, top_n)
+    if len(ranking) < min(top_n, len(documents)):
+        raise RerankerError(
+            f"reranker {reranker.model_name} ranked {len(ranking)} of {len(documents)} documents, asked for the "
+            f"best {top_n}"
+        )
     indices = [index for index, _ in ranking]
     if len(set(indices)) != len(indices) or not all(0 <= index < len(documents) for index in indices):
         raise RerankerError(

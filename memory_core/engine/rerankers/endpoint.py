@@ -6,9 +6,16 @@ Two request shapes exist: ``{"query", "documents", "top_n"}`` (Cohere, Jina, vLL
 worker asks the endpoint once at start, in the first shape, then in TEI's if refused so, and keeps the one
 answered. Both answers are read: ``{"results": [{"index", "relevance_score"}]}`` and ``[{"index", "score"}]``.
 
+An answer is checked in full before anything is returned (and so before a search result is cached): parsed by
+``_Results`` (or ``_TEI_ANSWER``), it must score every document sent exactly once (``top_n`` asks for all of
+them; the best ``top_n`` are kept here), with an index in range and a finite score. Anything else is no
+ranking: a search that used a shortened or repeated one would answer fewer or other hits than asked, and keep
+answering them from the cache.
+
 Failures: a 429, a 5xx, a timeout or an unreachable endpoint raise ``TransientRerankerError``, a refused key,
 a missing route or an answer that is no ranking ``RerankerError``. Neither is retried by the worker: a search's
-caller is waiting, and is told at once. The API key is never logged nor put in an error message.
+caller is waiting, and is told at once. The API key is never logged nor put in an error message, and no error
+of ours carries the endpoint's own (its body may quote the key, or the documents).
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, TypeAdapter, ValidationError
 
 from memory_core.core.errors import ConfigurationError, RerankerError, TransientRerankerError
 from memory_core.core.settings import RerankSettings
@@ -31,6 +39,31 @@ Shape = Literal["documents", "texts"]
 """The request shape an endpoint takes: Cohere's and Jina's (``documents``) or TEI's (``texts``)."""
 
 _PROBE = ("memory-core checks the reranker", ["a text about the check", "an unrelated text"])
+
+_Score = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+"""A score as the endpoint sends it: a JSON number (an int or a float, never a string or a bool), finite."""
+
+
+class _Result(BaseModel):
+    """One document's score: ``{"index", "relevance_score"}`` (Cohere, Jina, vLLM) or ``{"index", "score"}`` (TEI);
+    anything else a result holds (the document's text, Jina's ``document``) is ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    index: StrictInt
+    score: _Score = Field(validation_alias=AliasChoices("relevance_score", "score"))
+
+
+class _Results(BaseModel):
+    """Cohere's answer: ``{"results": [...]}`` (with ``id``, ``meta``, ... beside it, ignored)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    results: list[_Result]
+
+
+_TEI_ANSWER: TypeAdapter[list[_Result]] = TypeAdapter(list[_Result])
+"""TEI's answer: a bare list of results."""
 
 
 def public_url(url: str) -> str:
@@ -71,9 +104,10 @@ class EndpointReranker:
     def rerank(self, query: str, documents: Sequence[str], top_n: int) -> Ranking:
         if not documents:
             return []
-        response = self._send(self._body(self._shape, query, list(documents), top_n))
+        # Every document's score is asked for (top_n = all of them), so the answer can be checked in full.
+        response = self._send(self._body(self._shape, query, list(documents), len(documents)))
         ranking = _ranking(self._read(response), len(documents), self._where)
-        return sorted(ranking, key=lambda pair: pair[1], reverse=True)[:top_n]  # TEI answers every document
+        return sorted(ranking, key=lambda pair: pair[1], reverse=True)[:top_n]
 
     def close(self) -> None:
         """Releases the connections."""
@@ -137,20 +171,37 @@ class EndpointReranker:
 
 
 def _ranking(answer: Any, count: int, where: str) -> Ranking:
-    """(index, score) pairs from ``{"results": [{"index", "relevance_score"}]}`` or ``[{"index", "score"}]``."""
-    rows = answer.get("results") if isinstance(answer, dict) else answer
-    if not isinstance(rows, list):
-        raise RerankerError(f"{where} sent an answer that is not a ranking (no list of results)")
-    ranking: Ranking = []
-    for row in rows:
-        index = row.get("index") if isinstance(row, dict) else None
-        score = row.get("relevance_score", row.get("score")) if isinstance(row, dict) else None
-        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < count:
-            raise RerankerError(f"{where} sent a result with index {index!r:.40} for {count} documents")
-        if not isinstance(score, int | float) or isinstance(score, bool):
-            raise RerankerError(f"{where} sent a result with score {score!r:.40}, not a number")
-        ranking.append((index, float(score)))
-    return ranking
+    """(index, score) of each of the ``count`` documents sent, from the endpoint's decoded JSON ``answer``.
+
+    Raises ``RerankerError`` unless the answer parses (``_Results`` or ``_TEI_ANSWER``: integer indices, finite
+    numeric scores) and scores every document exactly once: as many results as documents, each index in
+    ``0..count-1`` once.
+    """
+    try:
+        rows = (
+            _Results.model_validate(answer).results if isinstance(answer, dict) else _TEI_ANSWER.validate_python(answer)
+        )
+    except ValidationError as exc:
+        raise RerankerError(f"{where} sent an answer that is not a ranking ({_problem(exc)})") from None
+    indices = [row.index for row in rows]
+    if len(rows) != count:
+        raise RerankerError(
+            f"{where} answered {len(rows)} scores for the {count} documents sent (indices {sorted(indices)!r:.120}); "
+            f"a ranking scores each document once"
+        )
+    if sorted(indices) != list(range(count)):
+        raise RerankerError(
+            f"{where} answered indices {sorted(indices)!r:.120} for {count} documents; expected each of 0 to "
+            f"{count - 1} once"
+        )
+    return [(row.index, row.score) for row in rows]
+
+
+def _problem(exc: ValidationError) -> str:
+    """Where the first problem of an answer is and what it is, never the value (it may quote the documents)."""
+    err = exc.errors()[0]
+    where = ".".join(str(part) for part in err["loc"]) or "the answer"
+    return f"{where}: {err['msg']}"
 
 
 def _code(response: httpx.Response) -> str:

@@ -9,6 +9,7 @@ else a completed copy in ``MEMORY_EMBEDDER__CACHE_DIR``, else a download, checke
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -50,6 +51,8 @@ class FastEmbedReranker:
             raise RerankerError(
                 f"fastembed cross-encoder {self._name!r} scored {len(scores)} of {len(documents)} documents"
             )
+        if not all(math.isfinite(score) for score in scores):
+            raise RerankerError(f"fastembed cross-encoder {self._name!r} gave a score that is not a finite number")
         ranked = sorted(enumerate(scores), key=lambda pair: pair[1], reverse=True)
         return ranked[:top_n]
 

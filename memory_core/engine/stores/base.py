@@ -52,9 +52,19 @@ _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
 
 ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
 """Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
-NUMERIC_INDEX_FIELDS = ("expires_at", "last_accessed_time", "importance", "pinned", "seq", "tombstone", "keep_until")
-"""Numeric payload fields indexed for expiry, LRU, importance, insertion order and tombstones (0/1 flags)."""
-INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone"})
+NUMERIC_INDEX_FIELDS = (
+    "expires_at",
+    "last_accessed_time",
+    "importance",
+    "pinned",
+    "seq",
+    "tombstone",
+    "keep_until",
+    "owed",
+)
+"""Numeric payload fields indexed for expiry, LRU, importance, insertion order, tombstones and a reindex's owed
+copies (0/1 flags)."""
+INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone", "owed"})
 
 TOMBSTONE_TTL = 7 * 24 * 3600.0
 """How long a tombstone outlives its delete by default (``MEMORY_QDRANT__TOMBSTONE_TTL``)."""
@@ -316,6 +326,22 @@ def tombstone_payload(scope: Scope, item_id: str, seq: int, keep_until: float) -
         "pinned": 0,
         "keep_until": keep_until,
     }
+
+
+OWED_FOREVER = 1e18
+"""The ``keep_until`` of an owed placeholder: the TTL sweep never takes it; the reindex that owes it does."""
+
+
+def owed_payload(scope: Scope, item_id: str, seq: int) -> dict[str, Any]:
+    """The payload of a reindex target's *owed* placeholder for an item written at ``seq`` in the source.
+
+    The live path never waits for the target's embedder: it writes this instead, one point without vectors
+    at ``seq - 1``. As a tombstone just older than the write, it hides whatever older copy the target held
+    (so the target cannot look up to date), keeps out any copy older than the write (``due``), and lets the
+    copy of the write itself, or anything newer, replace it. The reindex finds placeholders by ``owed`` and
+    copies their items from the source (``Reindexable.owed``); a switch waits until none is left.
+    """
+    return {**tombstone_payload(scope, item_id, seq - 1, OWED_FOREVER), "owed": 1}
 
 
 def is_tombstone(payload: Mapping[str, Any]) -> bool:
@@ -626,6 +652,15 @@ class RawPoint:
     def tombstone(self) -> bool:
         return is_tombstone(self.payload)
 
+    @property
+    def owed(self) -> bool:
+        """An owed placeholder (``owed_payload``), not a delete."""
+        return bool(self.payload.get("owed"))
+
+    @property
+    def seq(self) -> int:
+        return int(self.payload["seq"])
+
 
 def scanned_page(
     records: Iterable[tuple[object, Mapping[str, Any] | None, object]], offset: object | None, stop: str | None
@@ -704,6 +739,28 @@ class Reindexable(Protocol):
 
     def point_count(self) -> int:
         """Points in the items collection, tombstones included (exact)."""
+        ...
+
+    def raw_points(self, ids: Sequence[str]) -> dict[str, RawPoint]:
+        """The points stored under these ids (tombstones too), as ``scan`` gives them, by id (absent: none)."""
+        ...
+
+    def owe(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        """Writes an owed placeholder (``owed_payload``) for each item id -> the ``seq`` of its write in the
+        source, where nothing as new is stored under its id."""
+        ...
+
+    def owed(self, limit: int) -> list[str]:
+        """Up to ``limit`` point ids of owed placeholders."""
+        ...
+
+    def owed_count(self) -> int:
+        """How many owed placeholders the collection holds (exact)."""
+        ...
+
+    def remove_unchanged(self, held: Mapping[str, int]) -> int:
+        """Deletes each point (id -> the ``seq`` it was read with) that still holds that ``seq``, leaving no
+        tombstone: a copy of an item that the source no longer holds (erased, or swept). Returns how many went."""
         ...
 
 

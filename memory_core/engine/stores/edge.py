@@ -49,6 +49,7 @@ from memory_core.engine.stores.base import (
     is_visible,
     newest_records,
     oldest_by_hash,
+    owed_payload,
     point_id,
     previous_texts,
     scanned_page,
@@ -113,6 +114,7 @@ def _expired(now: float) -> qe.Filter:
 
 
 _TOMBSTONE = qe.FieldCondition(key="tombstone", match=qe.MatchValue(1))
+_OWED = qe.Filter(must=[qe.FieldCondition(key="owed", match=qe.MatchValue(1))])
 
 
 def _sweepable(now: float) -> qe.Filter:
@@ -163,6 +165,16 @@ def _registry_config() -> qe.EdgeConfig:
 
 def _holds_data(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
+
+
+def _holds_points(path: Path) -> bool:
+    with _translated(f"open of {path}"):
+        shard = qe.EdgeShard.load(str(path))
+        try:
+            records, _ = shard.scroll(qe.ScrollRequest(limit=1, with_payload=False, with_vector=False))
+            return bool(records)
+        finally:
+            shard.close()
 
 
 def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
@@ -316,6 +328,44 @@ class EdgeVectorStore:
             )
         return written
 
+    def raw_points(self, ids: Sequence[str]) -> dict[str, RawPoint]:
+        if not ids:
+            return {}
+        with _translated("retrieve"):
+            records = self._items.retrieve(list(ids), with_payload=True, with_vector=list(SPARSE_NAMES))
+        points, _ = scanned_page(((r.id, r.payload, r.vector) for r in records), None, None)
+        return {point.id: point for point in points}
+
+    def owe(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        placeholders = {
+            point_id(scope, item_id): (
+                seq - 1,
+                qe.Point(point_id(scope, item_id), {}, owed_payload(scope, item_id, seq)),
+            )
+            for item_id, seq in versions.items()
+        }
+        if placeholders:
+            self._write_newer(placeholders, deleting=False)
+
+    def owed(self, limit: int) -> list[str]:
+        with _translated("scroll"):
+            records, _ = self._items.scroll(qe.ScrollRequest(limit=limit, filter=_OWED, with_payload=False))
+        return [str(r.id) for r in records]
+
+    def owed_count(self) -> int:
+        with _translated("count"):
+            return int(self._items.count(qe.CountRequest(exact=True, filter=_OWED)))
+
+    def remove_unchanged(self, held: Mapping[str, int]) -> int:
+        if not held:
+            return 0
+        with self._write_lock, _translated("delete"):
+            records = self._items.retrieve(list(held), with_payload=["seq"], with_vector=False)
+            doomed: list[Any] = [r.id for r in records if r.payload and int(r.payload["seq"]) == held[str(r.id)]]
+            if doomed:
+                self._items.update(qe.UpdateOperation.delete_points(doomed))
+            return len(doomed)
+
     @staticmethod
     def _sparse_of(point: RawPoint) -> dict[str, Any]:
         return {name: _sparse(vector) for name, vector in point.sparse.items()}
@@ -327,6 +377,11 @@ class EdgeVectorStore:
     def holds_collection(self, name: str) -> bool:
         """Whether the store's directory holds a shard of this name with data."""
         return _holds_data(self._path / name)
+
+    def filled_collections(self) -> list[str]:
+        """The shards of the store's directory, but its metadata, that hold a point (``settle_fingerprint``)."""
+        shards = [d for d in sorted(self._path.iterdir()) if d != self._meta_dir and d.is_dir() and _holds_data(d)]
+        return [shard.name for shard in shards if _holds_points(shard)]
 
     def recorded_fingerprint(self) -> EmbedderFingerprint | None:
         return fingerprint_from_payload(self.read_record(FINGERPRINT_RECORD), str(self._meta_dir))

@@ -8,6 +8,9 @@ differs refuses to start.
 
 A store filled before stores recorded a fingerprint gets one on its first open, decided by the name of the
 collection that holds its items (one collection per model name): all-MiniLM-L6-v2's, or the test embedder's.
+Any other store that holds data but no record (data in another collection too, for one of those) lost its
+record (a new store records one before it creates its items collection): which model made its vectors is
+unknown, so it is refused until the record is restored.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ class FingerprintRecording(Protocol):
     def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None: ...
 
     def holds_collection(self, name: str) -> bool: ...
+
+    def filled_collections(self) -> list[str]:
+        """The store's collections (items or set definitions, not its metadata) that hold at least one point."""
+        ...
 
     def read_record(self, name: str) -> dict[str, Any] | None: ...
 
@@ -110,10 +117,13 @@ def settle_fingerprint(
     Raises:
         ConfigurationError: the store holds vectors of another embedder (one line naming both), or a reindex
             to this worker's embedder has not completed yet.
+        StoreError: the store has no fingerprint record, yet holds data outside the ``legacy`` collections.
     """
     recorded = store.recorded_fingerprint()
     if recorded is None:
         filled_by = next((fingerprint for name, fingerprint in legacy.items() if store.holds_collection(name)), None)
+        if wanted is not None:
+            _refuse_unrecorded(store, legacy)
         first = filled_by() if filled_by is not None else wanted
         if first is None:
             return None
@@ -132,6 +142,22 @@ def settle_fingerprint(
     held = store.read_record(FINGERPRINT_RECORD) or {}
     collection = held.get("collection")
     return collection if isinstance(collection, str) and collection else None
+
+
+def _refuse_unrecorded(store: FingerprintRecording, legacy: Mapping[str, Callable[[], EmbedderFingerprint]]) -> None:
+    """Refuses a store that lost its fingerprint record: taking it over would hide (or mix with) its vectors.
+    Data in ``legacy`` collections is a store from before fingerprints, which held nothing else."""
+    filled = [name for name in store.filled_collections() if name.removesuffix("__sets") not in legacy]
+    if filled:
+        shown = ", ".join(repr(name) for name in filled[:4]) + (
+            f" and {len(filled) - 4} more" if len(filled) > 4 else ""
+        )
+        raise StoreError(
+            f"the store at {store.location} holds data ({shown}) but no embedder fingerprint record, so which "
+            "model made its vectors is unknown; nothing was changed: restore the store from a backup "
+            "(`memory-core restore LABEL --yes`, workers stopped), or record the model that filled it as the "
+            "embedders guide says ('A store without its fingerprint record')"
+        )
 
 
 def _switch_to_reindexed(

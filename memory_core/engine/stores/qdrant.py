@@ -48,6 +48,7 @@ from memory_core.engine.stores.base import (
     is_visible,
     newest_records,
     oldest_by_hash,
+    owed_payload,
     point_id,
     previous_texts,
     scanned_page,
@@ -114,6 +115,7 @@ def _expired(now: float) -> qm.Filter:
 
 
 _TOMBSTONE = qm.FieldCondition(key="tombstone", match=qm.MatchValue(value=1))
+_OWED = qm.Filter(must=[qm.FieldCondition(key="owed", match=qm.MatchValue(value=1))])
 
 
 def _sweepable(now: float) -> qm.Filter:
@@ -278,6 +280,17 @@ class QdrantVectorStore:
         with _translated("collection lookup"):
             return bool(self._client.collection_exists(name))
 
+    def filled_collections(self) -> list[str]:
+        """The collections of this store's prefix, but its metadata, that hold a point (``settle_fingerprint``);
+        not those of a store whose prefix extends this one's (``memory_test`` beside ``memory``)."""
+        prefix = self._meta.removesuffix(META_SUFFIX)
+        with _translated("collection listing"):
+            names = sorted(c.name for c in self._client.get_collections().collections)
+            candidates = [n for n in names if n.startswith(f"{prefix}_") and n != self._meta]
+            others = [n.removesuffix(META_SUFFIX) for n in candidates if n.endswith(META_SUFFIX)]
+            ours = [n for n in candidates if not any(n.startswith(f"{other}_") for other in others)]
+            return [n for n in ours if self._client.scroll(n, limit=1, with_payload=False, with_vectors=False)[0]]
+
     def recorded_fingerprint(self) -> EmbedderFingerprint | None:
         return fingerprint_from_payload(self.read_record(FINGERPRINT_RECORD), f"collection {self._meta}")
 
@@ -357,6 +370,46 @@ class QdrantVectorStore:
     def point_count(self) -> int:
         with _translated("count"):
             return int(self._client.count(self._items, exact=True).count)
+
+    def raw_points(self, ids: Sequence[str]) -> dict[str, RawPoint]:
+        if not ids:
+            return {}
+        with _translated("retrieve"):
+            records = self._client.retrieve(
+                self._items, ids=list(ids), with_payload=True, with_vectors=list(SPARSE_NAMES)
+            )
+        points, _ = scanned_page(((r.id, r.payload, r.vector) for r in records), None, None)
+        return {point.id: point for point in points}
+
+    def owe(self, scope: Scope, versions: Mapping[str, int]) -> None:
+        placeholders = {
+            point_id(scope, item_id): (
+                seq - 1,
+                qm.PointStruct(id=point_id(scope, item_id), vector={}, payload=owed_payload(scope, item_id, seq)),
+            )
+            for item_id, seq in versions.items()
+        }
+        if placeholders:
+            self._write_newer(placeholders, deleting=False)
+
+    def owed(self, limit: int) -> list[str]:
+        with _translated("scroll"):
+            records, _ = self._client.scroll(self._items, scroll_filter=_OWED, limit=limit, with_payload=False)
+        return [str(r.id) for r in records]
+
+    def owed_count(self) -> int:
+        with _translated("count"):
+            return int(self._client.count(self._items, count_filter=_OWED, exact=True).count)
+
+    def remove_unchanged(self, held: Mapping[str, int]) -> int:
+        if not held:
+            return 0
+        # One filtered delete: the server checks each point's seq and deletes it at once (a compare-and-delete).
+        unchanged = _unchanged_since(held)
+        with _translated("delete"):
+            before = self._client.count(self._items, count_filter=unchanged, exact=True).count
+            self._client.delete(self._items, points_selector=qm.FilterSelector(filter=unchanged), wait=True)
+        return int(before)
 
     def _ensure(self, name: str, dimension: int, *, sparse: bool) -> None:
         if not self._client.collection_exists(name):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,7 @@ ERRORS: tuple[tuple[type[errors.MemoryCoreError], int, str], ...] = (
     (errors.BrokerUnavailable, 503, "broker_unavailable"),
     (errors.TransientStoreError, 503, "store_unavailable"),
     (errors.StoreError, 500, "store_error"),
+    (errors.TransientEmbedderError, 503, "embedder_unavailable"),
     (errors.EmbedderError, 500, "embedder_error"),
     (errors.TransientRerankerError, 503, "reranker_unavailable"),
     (errors.RerankerError, 502, "reranker_error"),
@@ -57,6 +59,17 @@ request sent to another host name in dev mode)."""
 INTERNAL_ERROR = (500, "internal_error")
 """What any other error answers (status, code)."""
 
+RETRY_AFTER: dict[str, int] = {
+    "no_worker_available": 10,
+    "broker_unavailable": 5,
+    "store_unavailable": 5,
+    "embedder_unavailable": 30,
+    "reranker_unavailable": 5,
+}
+"""The ``Retry-After`` (seconds) each 503 answers with: something is down for now, and a retry may succeed. An
+embeddings endpoint's outage is given longer: a write it failed is kept and retried by the workers meanwhile
+(``MEMORY_EMBEDDER__OUTAGE_RETRY``), so sending it again at once only adds to the endpoint's load."""
+
 
 # -- errors -----------------------------------------------------------------------
 
@@ -71,9 +84,21 @@ def error_response(status: int, code: str, message: str, field: str | None = Non
 async def on_memory_error(request: Request, exc: Exception) -> JSONResponse:
     for cls, status, code in ERRORS:
         if isinstance(exc, cls):
-            return error_response(status, code, str(exc))
+            return error_response(status, code, str(exc), **_retry_after(code, exc))
     logger.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
     return error_response(*INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def _retry_after(code: str, exc: Exception) -> dict[str, str]:
+    """The ``Retry-After`` header of an error answered with ``code``, if it has one: the endpoint's own when the
+    error carries it (a ``TransientEmbedderError`` raised in this process), else ``RETRY_AFTER``'s."""
+    seconds = RETRY_AFTER.get(code)
+    if seconds is None:
+        return {}
+    asked = getattr(exc, "retry_after", None)
+    if isinstance(asked, int | float) and asked > seconds:
+        seconds = math.ceil(asked)
+    return {"Retry-After": str(seconds)}
 
 
 async def on_http_error(request: Request, exc: Exception) -> JSONResponse:

@@ -129,3 +129,35 @@ def test_a_store_whose_fingerprint_record_names_another_collection_opens_that_on
         assert [i.value for i in again.retrieve(SCOPE, ["x"])] == ["in the new collection"]
     finally:
         again.close()
+
+
+def test_owed_placeholders_hide_older_copies_and_give_way_to_the_write_they_stand_for(store):
+    store.upsert(SCOPE, [_record("old", "an older version", 5), _record("new", "copied already", 9)])
+    store.owe(SCOPE, {"old": 7, "new": 9, "fresh": 3})  # "new" holds the owed write itself: nothing is owed
+    owed = set(store.owed(100))
+    assert owed == {point_id(SCOPE, "old"), point_id(SCOPE, "fresh")}
+    assert store.owed_count() == 2
+    assert [i.id for i in store.retrieve(SCOPE, ["old", "new", "fresh"])] == ["new"]  # never read as an item
+    held = store.raw_points([point_id(SCOPE, "old"), point_id(SCOPE, "new")])
+    assert held[point_id(SCOPE, "old")].owed
+    assert held[point_id(SCOPE, "old")].seq == 6
+    assert not held[point_id(SCOPE, "new")].owed
+    store.delete_expired(1e12, 100)  # the TTL sweep leaves placeholders alone
+    assert store.owed_count() == 2
+    # A copy older than the owed write is kept out; the write itself replaces its placeholder.
+    stale = RawPoint(point_id(SCOPE, "old"), {**held[point_id(SCOPE, "new")].payload, "item_id": "old", "seq": 6}, {})
+    assert store.copy_in([(stale, EMBEDDER.embed(["stale"])[0])]) == 0
+    current = store.raw_points([point_id(SCOPE, "new")])[point_id(SCOPE, "new")]
+    written = RawPoint(point_id(SCOPE, "old"), {**current.payload, "item_id": "old", "seq": 7}, current.sparse)
+    assert store.copy_in([(written, EMBEDDER.embed(["written"])[0])]) == 1
+    assert store.owed_count() == 1
+    assert [i.seq for i in store.retrieve(SCOPE, ["old"])] == [7]
+
+
+def test_a_removal_takes_only_points_still_at_the_version_read(store):
+    store.upsert(SCOPE, [_record("a", "one", 5), _record("b", "two", 5)])
+    store.upsert(SCOPE, [_record("b", "two, rewritten", 8)])
+    removed = store.remove_unchanged({point_id(SCOPE, "a"): 5, point_id(SCOPE, "b"): 5, point_id(SCOPE, "c"): 1})
+    assert removed == 1
+    assert [i.id for i in store.retrieve(SCOPE, ["a", "b"])] == ["b"]
+    assert point_id(SCOPE, "a") not in store.raw_points([point_id(SCOPE, "a")])  # no tombstone left behind

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from memory_core.core.errors import ConfigurationError
+from memory_core.core.errors import ConfigurationError, InvalidRequestError
 from memory_core.core.settings import Settings, load_settings, redact_url
 
 ROOT = Path(__file__).parents[3]
@@ -251,3 +251,111 @@ def test_rerank_candidates_are_bounded(monkeypatch: pytest.MonkeyPatch, candidat
     monkeypatch.setenv("MEMORY_RERANK__CANDIDATES", candidates)
     with pytest.raises(ConfigurationError, match="MEMORY_RERANK__CANDIDATES"):
         load_settings(_env_file=None)
+
+
+@pytest.mark.parametrize("spec", ["minilm", "minilm:all-MiniLM-L6-v2", "all-MiniLM-L6-v2"])
+def test_the_shipped_embedder_is_taken_by_the_name_status_shows_and_kept_as_one_spec(
+    monkeypatch: pytest.MonkeyPatch, spec: str
+):
+    monkeypatch.setenv("MEMORY_EMBEDDER__MODEL", spec)
+    assert load_settings(_env_file=None).embedder.model == "all-MiniLM-L6-v2"
+
+
+@pytest.mark.parametrize(
+    ("spec", "meant"),
+    [
+        ("fastembd:BAAI/bge-small-en-v1.5", "fastembed:BAAI/bge-small-en-v1.5"),
+        ("FastEmbed:BAAI/bge-small-en-v1.5", "fastembed:BAAI/bge-small-en-v1.5"),
+        ("BAAI/bge-small-en-v1.5", "fastembed:BAAI/bge-small-en-v1.5"),
+        ("openai/text-embedding-3-small", "openai:text-embedding-3-small"),
+        ("text-embedding-3-small", "openai:text-embedding-3-small"),
+        ("MiniLM", "minilm"),
+        ("sentence-transformers/all-MiniLM-L6-v2", "minilm"),
+        ("word2vec", None),
+    ],
+)
+def test_an_embedder_spec_error_says_the_forms_in_words_and_what_a_near_miss_meant(
+    monkeypatch: pytest.MonkeyPatch, spec: str, meant: str | None
+):
+    monkeypatch.setenv("MEMORY_EMBEDDER__MODEL", spec)
+    with pytest.raises(ConfigurationError, match="MEMORY_EMBEDDER__MODEL") as info:
+        load_settings(_env_file=None)
+    message = str(info.value)
+    assert "expected minilm (the shipped default), fastembed:<model>" in message
+    assert "or openai:<model>" in message
+    assert "hashing" not in message  # for tests only: never offered
+    assert "\\S" not in message
+    assert "pattern" not in message
+    assert message.count(repr(spec)) == 1
+    if meant is None:
+        assert "did you mean" not in message
+    else:
+        assert f"did you mean {meant!r}?" in message
+
+
+def test_a_reindex_target_is_checked_as_the_setting_is(monkeypatch: pytest.MonkeyPatch):
+    from memory_core.core.messages import ReindexRequest
+    from memory_core.core.validation import parse
+
+    assert parse(ReindexRequest, {"action": "start", "to": "minilm"}, "reindex request").to == "all-MiniLM-L6-v2"
+    with pytest.raises(InvalidRequestError) as info:
+        parse(ReindexRequest, {"action": "start", "to": "fastembd:BAAI/bge-small-en-v1.5"}, "reindex request")
+    assert "did you mean 'fastembed:BAAI/bge-small-en-v1.5'?" in str(info.value)
+    assert "pattern" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "http://localhost:8080/rerank",
+        "https://rerank.example/v1/rerank",
+        "http:localhost:8080/rerank",
+        "localhost:8080/rerank",
+    ],
+)
+def test_a_rerank_url_without_its_http_provider_is_named_with_the_spec_meant_and_the_value_once(
+    monkeypatch: pytest.MonkeyPatch, spec: str
+):
+    monkeypatch.setenv("MEMORY_RERANK__MODEL", spec)
+    with pytest.raises(ConfigurationError) as info:
+        load_settings(_env_file=None)
+    message = str(info.value)
+    url = spec.removeprefix("http:") if spec.startswith("http:") and "://" not in spec else spec
+    meant = f"http:{url}" if "://" in url else f"http:http://{url}"
+    assert f"did you mean {meant!r}?" in message
+    assert message.count("got") == 1
+    assert message.count(repr(spec)) == 1
+
+
+def test_a_misspelt_rerank_provider_is_named_with_the_spec_meant(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("MEMORY_RERANK__MODEL", "fastembd:Xenova/ms-marco-MiniLM-L-6-v2")
+    with pytest.raises(ConfigurationError, match=r"did you mean 'fastembed:Xenova/ms-marco-MiniLM-L-6-v2'\?"):
+        load_settings(_env_file=None)
+
+
+@pytest.mark.parametrize("variable", ["MEMORY_EMBEDDER__BASE_URL", "MEMORY_ANTHROPIC__BASE_URL"])
+def test_a_base_url_without_its_scheme_is_refused_at_load_with_the_url_meant(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+):
+    monkeypatch.setenv(variable, "localhost:8080/v1")
+    with pytest.raises(ConfigurationError, match=variable) as info:
+        load_settings(_env_file=None)
+    assert "expected an http:// or https:// URL" in str(info.value)
+    assert "did you mean 'http://localhost:8080/v1'?" in str(info.value)
+    for wrong in ("ftp://host/v1", "http://host:port/v1", "http:///v1"):
+        monkeypatch.setenv(variable, wrong)
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings(_env_file=None)
+    monkeypatch.setenv(variable, "https://llm.example:8443/v1")
+    assert load_settings(_env_file=None).model_dump()[variable.split("__")[0][7:].lower()]["base_url"] == (
+        "https://llm.example:8443/v1"
+    )
+    monkeypatch.setenv(variable, "")  # docker-compose passes VAR= for an unset one
+    assert load_settings(_env_file=None).model_dump()[variable.split("__")[0][7:].lower()]["base_url"] is None
+
+
+def test_tombstones_must_outlive_a_write_riding_out_an_embedding_outage():
+    # 300 s visibility + 5 x 60 s retries = 600 s; a write riding out a 5-minute outage comes as late as 960 s.
+    with pytest.raises(ConfigurationError, match=r"MEMORY_EMBEDDER__OUTAGE_RETRY .*\(960s\)"):
+        load_settings(_env_file=None, qdrant={"tombstone_ttl": 700})
+    assert load_settings(_env_file=None, qdrant={"tombstone_ttl": 961}).embedder.outage_retry == 5

@@ -8,7 +8,7 @@ import pytest
 from memory_core.core.errors import RerankerError, TransientRerankerError
 from memory_core.core.settings import RerankSettings
 from memory_core.engine.rerankers import rerank_timed
-from memory_core.engine.rerankers.endpoint import EndpointReranker, public_url
+from memory_core.engine.rerankers.endpoint import EndpointReranker, _ranking, public_url
 from memory_core.testing.fake_rerank import VALID_KEY, FakeRerankEndpoint
 
 FACTS = ["Bob likes coffee", "Alice drinks green tea", "the launch moved to Friday"]
@@ -39,7 +39,7 @@ def test_documents_come_back_best_first_with_the_endpoints_scores(reranker, cohe
     assert sent == {
         "query": "what does Alice drink? green tea?",
         "documents": FACTS,
-        "top_n": 2,
+        "top_n": 3,  # every document's score, so the answer is checked in full; the best 2 are kept here
         "model": "rerank-v3.5",
     }
     assert cohere.keys == [VALID_KEY]
@@ -99,12 +99,62 @@ def test_a_wrong_route_names_the_setting(cohere):
         EndpointReranker(_settings(), url=cohere.origin + "/v1/embeddings")
 
 
-@pytest.mark.parametrize(("mode", "said"), [("garbage", "not JSON"), ("bad_index", "index 10 for 3 documents")])
-def test_an_answer_that_is_no_ranking_is_refused(reranker, cohere, mode, said):
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("garbage", "not JSON"),
+        ("bad_index", r"indices \[1, 2, 10\] for 3 documents; expected each of 0 to 2 once"),
+        ("short", r"answered 2 scores for the 3 documents sent"),
+        ("repeated", r"indices \[\d, \d, \d\] for 3 documents; expected each of 0 to 2 once"),
+        ("nan", r"not a ranking \(results\.0\.relevance_score: Input should be a finite number\)"),
+    ],
+)
+@pytest.mark.parametrize("top_n", [1, 3])
+def test_an_answer_that_is_no_ranking_is_refused(reranker, cohere, mode, said, top_n):
     cohere.behave(mode)
     with pytest.raises(RerankerError, match=said) as caught:
-        reranker.rerank("q", FACTS, 3)
+        reranker.rerank("q", FACTS, top_n)
     assert not isinstance(caught.value, TransientRerankerError)
+
+
+@pytest.mark.parametrize("mode", ["short", "repeated", "nan", "bad_index"])
+def test_a_tei_answer_is_checked_in_full_too(mode):
+    with FakeRerankEndpoint(shape="tei", api_key=None) as tei:
+        reranker = EndpointReranker(RerankSettings(), url=tei.url)
+        tei.behave(mode)
+        with pytest.raises(RerankerError, match="not a ranking|scores for the 3 documents|expected each of"):
+            reranker.rerank("Alice tea", FACTS, 1)
+        reranker.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"results": [{"index": 0, "relevance_score": "0.9"}, {"index": 1, "relevance_score": 0.1}]},  # a string
+        {"results": [{"index": True, "relevance_score": 0.9}, {"index": 1, "relevance_score": 0.1}]},  # a bool
+        {"results": [{"index": 0.0, "relevance_score": 0.9}, {"index": 1, "relevance_score": 0.1}]},  # a float
+        {"results": [{"index": 0, "relevance_score": float("inf")}, {"index": 1, "relevance_score": 0.1}]},
+        {"results": [{"index": 0}, {"index": 1, "relevance_score": 0.1}]},  # no score
+        {"results": "none"},
+        {"data": []},
+        [{"index": 0, "score": 0.9}],  # one of two documents
+    ],
+)
+def test_only_a_ranking_of_every_document_with_integer_indices_and_finite_scores_is_read(answer):
+    with pytest.raises(RerankerError, match="not a ranking|scores for the 2 documents"):
+        _ranking(answer, 2, "the endpoint")
+
+
+def test_a_ranking_in_either_shape_is_read_with_whatever_else_it_holds():
+    cohere = {
+        "id": "x",
+        "results": [
+            {"index": 1, "relevance_score": 0.2, "document": {"text": "b"}},
+            {"index": 0, "relevance_score": 1},
+        ],
+    }
+    assert _ranking(cohere, 2, "the endpoint") == [(1, 0.2), (0, 1.0)]
+    assert _ranking([{"index": 0, "score": 0.5}, {"index": 1, "score": -3}], 2, "the endpoint") == [(0, 0.5), (1, -3.0)]
 
 
 def test_rerank_timed_puts_the_best_first_and_refuses_a_repeated_index():
@@ -124,6 +174,21 @@ def test_rerank_timed_puts_the_best_first_and_refuses_a_repeated_index():
     assert rerank_timed(Unsorted(), "q", ["a", "b", "c"], 2) == [(2, 0.9), (1, 0.5)]
     with pytest.raises(RerankerError, match="indices"):
         rerank_timed(Repeating(), "q", ["a", "b"], 2)
+
+
+def test_rerank_timed_refuses_a_ranking_shorter_than_asked():
+    class Short:
+        model_name = "stub"
+
+        def rerank(self, query, documents, top_n):
+            return [(1, 0.9)]
+
+        def close(self):
+            pass
+
+    with pytest.raises(RerankerError, match=r"ranked 1 of 3 documents, asked for the best 2"):
+        rerank_timed(Short(), "q", ["a", "b", "c"], 2)
+    assert rerank_timed(Short(), "q", ["a", "b", "c"], 1) == [(1, 0.9)]
 
 
 def test_logs_and_errors_show_the_url_without_credentials_or_query():
