@@ -135,7 +135,8 @@ def clear_prefix(url: str, prefix: str) -> None:
 
 
 def add_embedder_options(parser: argparse.ArgumentParser) -> None:
-    """``--embedder``, ``--embedder-path`` and ``--embedder-base-url``: the worker's embedder (``choose_embedder``)."""
+    """``--embedder``, ``--embedder-path``, ``--embedder-base-url`` and ``--embedder-roles``: the worker's embedder
+    (``choose_embedder``)."""
     parser.add_argument(
         "--embedder",
         metavar="SPEC",
@@ -150,13 +151,25 @@ def add_embedder_options(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="an OpenAI-compatible endpoint (MEMORY_EMBEDDER__BASE_URL); its key is read from MEMORY_EMBEDDER__API_KEY",
     )
+    parser.add_argument(
+        "--embedder-roles",
+        metavar="PRESET",
+        help="how the model tells queries from documents (MEMORY_EMBEDDER__ROLES: e5, nomic, bge, input-type, voyage, "
+        "cohere, jina)",
+    )
 
 
 def choose_embedder(args: argparse.Namespace) -> None:
     """Sets the embedder options as settings in this process's environment, which ``isolated_env`` hands on to
     the worker. A path is made absolute: the worker runs in the project's directory."""
     path = args.embedder_path.resolve() if args.embedder_path is not None else None
-    for field, value in (("MODEL", args.embedder), ("PATH", path), ("BASE_URL", args.embedder_base_url)):
+    chosen = (
+        ("MODEL", args.embedder),
+        ("PATH", path),
+        ("BASE_URL", args.embedder_base_url),
+        ("ROLES", args.embedder_roles),
+    )
+    for field, value in chosen:
         if value is not None:
             os.environ[f"MEMORY_EMBEDDER__{field}"] = str(value)
 

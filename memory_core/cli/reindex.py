@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import shlex
 import time
 from typing import Any
 
@@ -11,7 +13,7 @@ from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.client.admin import Admin
 from memory_core.core.errors import InvalidRequestError
-from memory_core.core.messages import ReindexStatus
+from memory_core.core.messages import TARGET_FIELDS, ReindexStatus
 from memory_core.core.settings import load_settings
 
 POLL = 1.0
@@ -37,15 +39,38 @@ def register(sub: Any) -> None:
     p.add_argument("--path", help="the target's local model directory (its MEMORY_EMBEDDER__PATH)")
     p.add_argument("--base-url", help="the target's embeddings endpoint (its MEMORY_EMBEDDER__BASE_URL)")
     p.add_argument("--dimensions", type=int, help="the target's vector length (its MEMORY_EMBEDDER__DIMENSIONS)")
+    p.add_argument("--roles", help="how the target tells queries from documents (its MEMORY_EMBEDDER__ROLES)")
+    p.add_argument("--query-prefix", help="the target's query prefix (its MEMORY_EMBEDDER__QUERY_PREFIX)")
+    p.add_argument("--document-prefix", help="the target's document prefix (its MEMORY_EMBEDDER__DOCUMENT_PREFIX)")
+    p.add_argument("--query-params", type=_json_object, help="JSON: the target's extra request fields for queries")
+    p.add_argument("--document-params", type=_json_object, help="JSON: the target's extra fields for documents")
     p.add_argument("--detach", action="store_true", help="with --to: start it and return at once")
     p.add_argument("--yes", action="store_true", help="really drop a collection (--abort, --drop-old)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(run=_reindex)
 
 
+TARGET_OPTIONS = tuple(name for name in TARGET_FIELDS if name != "to")
+"""The options that describe a reindex's target besides ``--to``."""
+
+
+def _json_object(value: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f'expected a JSON object such as \'{{"input_type": "query"}}\', got {value!r}')
+    return parsed
+
+
 def _reindex(args: argparse.Namespace, rest: list[str]) -> int:
-    if args.to is None and (args.path, args.base_url, args.dimensions) != (None, None, None):
-        raise InvalidRequestError("--path, --base-url and --dimensions describe the target: use them with --to")
+    target = {name: getattr(args, name) for name in TARGET_OPTIONS}
+    if args.to is None and any(value is not None for value in target.values()):
+        raise InvalidRequestError(
+            "--path, --base-url, --dimensions, --roles and the prefix and params options describe the target: "
+            "use them with --to"
+        )
     if args.detach and args.to is None:
         raise InvalidRequestError("--detach goes with --to")
     if (args.abort or args.drop_old) and not args.yes:
@@ -53,9 +78,7 @@ def _reindex(args: argparse.Namespace, rest: list[str]) -> int:
     with MemoryClient(load_settings()) as client:
         admin = Admin(client)
         if args.to is not None:
-            status = admin.reindex(
-                "start", to=args.to, path=args.path, base_url=args.base_url, dimensions=args.dimensions
-            )
+            status = admin.reindex("start", to=args.to, **target)
             if not args.detach:
                 status = _follow(admin, status, quiet=args.json)
         else:
@@ -107,7 +130,8 @@ def describe(status: ReindexStatus) -> list[str]:
     ]
     if status.target_error:
         lines.append(f"  {_target_line(status)}")
-    restart = " ".join(status.restart) or f"MEMORY_EMBEDDER__MODEL={status.target_spec}"
+    restart = " ".join(f"{name}={shlex.quote(value)}" for name, _, value in (s.partition("=") for s in status.restart))
+    restart = restart or f"MEMORY_EMBEDDER__MODEL={status.target_spec}"
     next_step = {
         "building": "follow it with `memory-core reindex --status`; stop it with `memory-core reindex --abort --yes`",
         "complete": f"restart every worker with {restart} (and the target's API key in MEMORY_EMBEDDER__API_KEY if "

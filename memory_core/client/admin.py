@@ -123,16 +123,34 @@ class Admin:
         path: str | None = None,
         base_url: str | None = None,
         dimensions: int | None = None,
+        roles: str | None = None,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+        query_params: dict[str, str | int | float | bool] | None = None,
+        document_params: dict[str, str | int | float | bool] | None = None,
         timeout: float = 120.0,
     ) -> ReindexStatus:
-        """Starts (``to``: the target embedder, as ``MEMORY_EMBEDDER__MODEL`` takes it), follows (``status``),
-        aborts (``abort``) or finishes (``drop_old``) the re-embedding of the store; returns where it stands.
+        """Starts (``to``: the target embedder, as ``MEMORY_EMBEDDER__MODEL`` takes it, with its other settings:
+        ``path``, ``base_url``, ``dimensions``, ``roles`` and the query / document prefixes and fields, as the
+        ``MEMORY_EMBEDDER__*`` settings of the same names), follows (``status``), aborts (``abort``) or finishes
+        (``drop_old``) the re-embedding of the store; returns where it stands.
 
         A status call also resumes parts of the work that made no progress for a while (a killed worker's).
         ``timeout``: seconds to wait for a worker's answer, above 0 and at most 604800.
         """
         check_seconds(timeout, "timeout")
-        fields = {"action": action, "to": to, "path": path, "base_url": base_url, "dimensions": dimensions}
+        fields = {
+            "action": action,
+            "to": to,
+            "path": path,
+            "base_url": base_url,
+            "dimensions": dimensions,
+            "roles": roles,
+            "query_prefix": query_prefix,
+            "document_prefix": document_prefix,
+            "query_params": query_params,
+            "document_params": document_params,
+        }
         request = parse(ReindexRequest, {k: v for k, v in fields.items() if v is not None}, "reindex request")
         dispatcher = self.client.dispatcher
         dispatcher.require_worker(routing.REINDEX)

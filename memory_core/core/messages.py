@@ -19,6 +19,7 @@ from pydantic import (
     StrictBool,
     StrictFloat,
     StrictInt,
+    StrictStr,
     model_serializer,
     model_validator,
 )
@@ -393,14 +394,34 @@ class ReindexRequest(_Wire):
     """The target's embeddings endpoint (``MEMORY_EMBEDDER__BASE_URL`` of the new setting)."""
     dimensions: StrictInt | None = Field(default=None, ge=1, le=65536)
     """The target's vector length, for endpoints that can shorten vectors."""
+    roles: str | None = Field(default=None, max_length=32)
+    """How the target tells queries from documents (``MEMORY_EMBEDDER__ROLES`` of the new setting)."""
+    query_prefix: str | None = Field(default=None, max_length=200)
+    document_prefix: str | None = Field(default=None, max_length=200)
+    query_params: dict[str, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
+    document_params: dict[str, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
 
     @model_validator(mode="after")
     def _target_for_start(self) -> ReindexRequest:
         if self.action == "start" and self.to is None:
             raise ValueError("action 'start' needs 'to', the target embedder (e.g. 'fastembed:BAAI/bge-small-en-v1.5')")
-        if self.action != "start" and (self.to, self.path, self.base_url, self.dimensions) != (None, None, None, None):
+        if self.action != "start" and any(getattr(self, name) is not None for name in TARGET_FIELDS):
             raise ValueError(f"only action 'start' takes a target; got action {self.action!r} with one")
         return self
+
+
+TARGET_FIELDS = (
+    "to",
+    "path",
+    "base_url",
+    "dimensions",
+    "roles",
+    "query_prefix",
+    "document_prefix",
+    "query_params",
+    "document_params",
+)
+"""The fields of a ``ReindexRequest`` that describe its target (``start`` only)."""
 
 
 REINDEX_PARTS = 16

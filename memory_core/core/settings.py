@@ -25,6 +25,10 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -264,6 +268,10 @@ BaseUrl = Annotated[str | None, AfterValidator(_http_base_url)]
 """An optional endpoint's base URL: http:// or https:// with a host; empty or blank counts as unset."""
 
 
+_REQUEST_FIELDS = frozenset({"input", "model", "dimensions", "encoding_format", "user"})
+"""The fields of an OpenAI embeddings request that memory-core sets itself."""
+
+
 class EmbedderSettings(_Group):
     """The embedding model the workers run. ``hashing`` is for unit tests and must be chosen explicitly."""
 
@@ -289,6 +297,36 @@ class EmbedderSettings(_Group):
     dimensions: int | None = Field(default=None, ge=1, le=65536)
     """The vector length to ask the endpoint for (``openai:`` models that can shorten their vectors), or of
     ``hashing``'s vectors; unset: the model's own (384 for ``hashing``)."""
+    roles: Literal["e5", "nomic", "bge", "input-type", "voyage", "cohere", "jina"] | None = None
+    """How the model tells a search query from a document, for a model used through ``openai:`` (or to replace a
+    ``fastembed:`` model's own table): ``e5`` (``query: `` / ``passage: `` prefixes), ``nomic``
+    (``search_query: `` / ``search_document: ``), ``bge`` (the query instruction), ``input-type`` (an
+    ``input_type`` field query / passage: NVIDIA NIM and servers of its shape), ``voyage`` (``input_type`` query /
+    document), ``cohere`` (search_query / search_document), ``jina`` (``task`` retrieval.query / passage).
+    Unset: queries and documents are sent alike. Part of the store's fingerprint (a change is a reindex)."""
+    query_prefix: str | None = Field(default=None, max_length=200)
+    """The text put before each search query (over ``roles``'); ``""``: none."""
+    document_prefix: str | None = Field(default=None, max_length=200)
+    """The text put before each item embedded for the store (over ``roles``'); ``""``: none."""
+    query_params: dict[str, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
+    """Extra fields of an embeddings request for search queries (``openai:``), JSON, e.g.
+    ``{"input_type": "query"}`` (over ``roles``')."""
+    document_params: dict[str, StrictStr | StrictInt | StrictFloat | StrictBool] | None = None
+    """Extra fields of an embeddings request for items (``openai:``), e.g. ``{"input_type": "passage"}``."""
+
+    @field_validator("query_params", "document_params")
+    @classmethod
+    def _own_fields_only(
+        cls, value: dict[str, str | int | float | bool] | None
+    ) -> dict[str, str | int | float | bool] | None:
+        taken = sorted(set(value or {}) & _REQUEST_FIELDS)
+        if taken:
+            raise ValueError(
+                f"{taken} are fields memory-core sets in every embeddings request itself; give only the endpoint's "
+                'extra fields (e.g. {"input_type": "query"}), and the vector length in MEMORY_EMBEDDER__DIMENSIONS'
+            )
+        return value
+
     timeout: float = Field(default=30.0, gt=0, le=600)
     """Seconds one request to a remote embeddings endpoint may take (``openai:``)."""
     threads: int = Field(default=1, ge=1, le=64)

@@ -40,6 +40,7 @@ drops the source once the workers switched.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -62,7 +63,7 @@ from memory_core.core.errors import (
 )
 from memory_core.core.keys import Keys
 from memory_core.core.locks import RedisLock
-from memory_core.core.messages import REINDEX_PARTS, ReindexRequest, ReindexStatus
+from memory_core.core.messages import REINDEX_PARTS, TARGET_FIELDS, ReindexRequest, ReindexStatus
 from memory_core.core.metrics import REINDEX_POINTS
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.settings import EmbedderSettings, ReindexSettings
@@ -236,7 +237,7 @@ class Reindexer:
             target_settings = self._target_settings(request)
             if record.get("state") in ("building", "complete") and record.get("source_collection") == store.collection:
                 recorded = record.get("embedder") or {}
-                bare = (request.path, request.base_url, request.dimensions) == (None, None, None)
+                bare = all(getattr(request, name) is None for name in TARGET_FIELDS if name != "to")
                 if recorded == _embedder_fields(target_settings) or (bare and recorded.get("model") == request.to):
                     return self.status()  # started already: a repeated command (with or without its flags) follows it
                 raise InvalidRequestError(
@@ -644,6 +645,11 @@ class Reindexer:
             "path": request.path,
             "base_url": request.base_url,
             "dimensions": request.dimensions,
+            "roles": request.roles,
+            "query_prefix": request.query_prefix,
+            "document_prefix": request.document_prefix,
+            "query_params": request.query_params,
+            "document_params": request.document_params,
         }
         try:
             return self._with_target_key(
@@ -684,6 +690,11 @@ def _ids_between(store: ReindexableStore, start: str, stop: str | None) -> list[
 
 
 TARGET_FLAGS = {
+    "MEMORY_EMBEDDER__ROLES": "--roles",
+    "MEMORY_EMBEDDER__QUERY_PREFIX": "--query-prefix",
+    "MEMORY_EMBEDDER__DOCUMENT_PREFIX": "--document-prefix",
+    "MEMORY_EMBEDDER__QUERY_PARAMS": "--query-params",
+    "MEMORY_EMBEDDER__DOCUMENT_PARAMS": "--document-params",
     "MEMORY_EMBEDDER__BASE_URL": "--base-url",
     "MEMORY_EMBEDDER__PATH": "--path",
     "MEMORY_EMBEDDER__DIMENSIONS": "--dimensions",
@@ -706,6 +717,11 @@ def _embedder_fields(settings: EmbedderSettings) -> dict[str, Any]:
         "path": None if settings.path is None else str(settings.path),
         "base_url": settings.base_url,
         "dimensions": settings.dimensions,
+        "roles": settings.roles,
+        "query_prefix": settings.query_prefix,
+        "document_prefix": settings.document_prefix,
+        "query_params": settings.query_params,
+        "document_params": settings.document_params,
     }
 
 
@@ -713,7 +729,11 @@ def restart_settings(record: Mapping[str, Any]) -> list[str]:
     """The ``MEMORY_EMBEDDER__*`` settings the workers restart with to switch to a reindex's target: every
     one that its embedder was built with, not only the model."""
     fields = record.get("embedder") or {"model": record.get("target_spec")}
-    return [f"MEMORY_EMBEDDER__{name.upper()}={value}" for name, value in fields.items() if value is not None]
+    return [
+        f"MEMORY_EMBEDDER__{name.upper()}={json.dumps(value) if isinstance(value, dict) else value}"
+        for name, value in fields.items()
+        if value is not None
+    ]
 
 
 def _described(fingerprint: object) -> str:

@@ -264,3 +264,20 @@ def test_a_write_the_endpoint_answers_wrongly_fails_typed_and_stores_nothing(
     for item_id, text in zip("abcd", FOUR_TEXTS, strict=True):  # each vector is its own text's (the fake's are)
         (hit,) = notes.search(text, limit=1)
         assert hit.id == item_id
+
+
+@pytest.mark.timeout(120)
+def test_an_asymmetric_model_gets_its_roles_items_as_documents_and_searches_as_queries(
+    redis_url: str, tmp_path: Path, endpoint: FakeOpenAI
+):
+    with _deployment(redis_url, tmp_path, endpoint, roles="input-type", document_prefix="passage: ") as memory:
+        notes = memory.long_term("roles", "u").get_or_create_memory_set("notes", capacity=100, dedup="none")
+        endpoint.behave("ok")
+        notes.add(["the harbour opens at dawn"])
+        (written,) = [r for r in endpoint.requests if "passage: the harbour opens at dawn" in r["input"]]
+        assert written["input_type"] == "passage"
+        endpoint.behave("ok")
+        notes.search("when does the harbour open?", limit=1)
+        (asked,) = [r for r in endpoint.requests if "when does the harbour open?" in r["input"]]
+        assert asked["input_type"] == "query"
+        assert asked["input"] == ["when does the harbour open?"]  # no document prefix on a query

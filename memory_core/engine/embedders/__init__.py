@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from memory_core.core.errors import ConfigurationError
 from memory_core.core.settings import EmbedderSettings, embedder_spec
 from memory_core.engine.embedders.base import Embedder, EmbedderFingerprint, UsageHook
+from memory_core.engine.embedders.roles import Roles, roles_of
 
 __all__ = ["Embedder", "EmbedderFingerprint", "open_embedder", "pre_fingerprint_models"]
 
@@ -63,7 +64,17 @@ def open_embedder(settings: EmbedderSettings, *, on_usage: UsageHook | None = No
     except ValueError as exc:
         raise ConfigurationError(f"MEMORY_EMBEDDER__MODEL={settings.model!r} names no embedder: {exc}") from None
     prefix, _, name = spec.partition(":")
+    if prefix not in _WITH_ROLES and roles_of(settings) != Roles():
+        raise ConfigurationError(
+            f"MEMORY_EMBEDDER__MODEL={spec!r} embeds queries and documents alike by design; MEMORY_EMBEDDER__ROLES "
+            "and the query / document prefixes and fields are for asymmetric models (fastembed: or openai:): "
+            "unset them"
+        )
     return _PROVIDERS[prefix](settings, name, on_usage)
+
+
+_WITH_ROLES = frozenset({"fastembed", "openai"})
+"""Providers that take ``roles`` (the shipped MiniLM and the test embedder are symmetric)."""
 
 
 def pre_fingerprint_models() -> dict[str, Callable[[], EmbedderFingerprint]]:

@@ -38,11 +38,18 @@ class EmbedderFingerprint(BaseModel):
     """Whether vectors are L2-normalized before they are stored."""
     query_prefix: str = Field(default="", max_length=200)
     document_prefix: str = Field(default="", max_length=200)
+    query_params: str = Field(default="", max_length=2000)
+    """Extra request fields for queries (``roles``), canonical JSON; ``""``: none."""
+    document_params: str = Field(default="", max_length=2000)
 
     @property
     def id(self) -> str:
         """A short stable digest of every field: equal ids mean the same vector space."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        fields = self.model_dump(mode="json")
+        for name in ("query_params", "document_params"):  # added later: a store recorded without them keeps its id
+            if not fields[name]:
+                del fields[name]
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
@@ -50,6 +57,8 @@ class EmbedderFingerprint(BaseModel):
         revision = f"@{self.revision[:12]}" if self.revision else ""
         prefixes = f", query prefix {self.query_prefix!r}" if self.query_prefix else ""
         prefixes += f", document prefix {self.document_prefix!r}" if self.document_prefix else ""
+        prefixes += f", query fields {self.query_params}" if self.query_params else ""
+        prefixes += f", document fields {self.document_params}" if self.document_params else ""
         normalized = "normalized" if self.normalized else "not normalized"
         shape = f"{self.dimension} d, {self.pooling} pooling, {normalized}{prefixes}"
         return f"{self.provider}:{self.model}{revision} ({shape})"

@@ -38,9 +38,10 @@ from typing import Any, Literal, Self
 
 import numpy as np
 
-from memory_core.core.errors import EmbedderError, MemoryCoreError, RerankerError
+from memory_core.core.errors import ConfigurationError, EmbedderError, MemoryCoreError, RerankerError
 from memory_core.core.settings import EmbedderSettings
 from memory_core.engine.embedders.base import TYPICAL_TOKENS, EmbedderFingerprint, in_order, length_batches
+from memory_core.engine.embedders.roles import Roles, roles_of
 
 logger = logging.getLogger(__name__)
 
@@ -375,7 +376,14 @@ class FastEmbedEmbedder:
         self._limit_tokens(settings.max_tokens)
         self._name = description.model
         self._dimension = int(description.dim)
-        self._query_prefix, self._document_prefix = PREFIXES.get(description.model.lower(), ("", ""))
+        roles = roles_of(settings, default=Roles(*PREFIXES.get(description.model.lower(), ("", ""))))
+        if roles.query_params or roles.document_params:
+            raise ConfigurationError(
+                f"MEMORY_EMBEDDER__ROLES / __QUERY_PARAMS / __DOCUMENT_PARAMS ask for request fields, which only an "
+                f"endpoint takes (openai:); fastembed:{name} runs here: give its roles as __QUERY_PREFIX and "
+                "__DOCUMENT_PREFIX, or leave them unset for the model's published prefixes"
+            )
+        self._query_prefix, self._document_prefix = roles.query_prefix, roles.document_prefix
         self._batch_size = settings.batch_size
         # fastembed tokenizes and runs in one call and its tokenizer keeps padding state: one call at a time.
         self._lock = threading.Lock()

@@ -40,7 +40,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -53,6 +53,7 @@ from memory_core.core.metrics import MODEL_TOKENS
 from memory_core.core.settings import EmbedderSettings
 from memory_core.core.tokens import TokenCounter, default_counter
 from memory_core.engine.embedders.base import MAX_DIMENSION, EmbedderFingerprint, UsageHook
+from memory_core.engine.embedders.roles import roles_of
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +274,7 @@ class OpenAIEmbedder:
             api_key=key, base_url=settings.base_url or DEFAULT_BASE_URL, timeout=settings.timeout, max_retries=0
         )
         self._model = model
+        self._roles = roles_of(settings)
         self._host = endpoint_host(settings.base_url)
         self._requested_dimensions = settings.dimensions
         self._dimension: int | None = settings.dimensions
@@ -305,17 +307,21 @@ class OpenAIEmbedder:
             dimension=self.dimension,
             pooling="remote",
             normalized=True,
+            **self._roles.fingerprint_fields(),
         )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for batch, counted in self._batches([self._fit(text) for text in texts]):
-            vectors.extend(self._request(batch, counted))
-        return vectors
+        return self._embed(texts, self._roles.document_prefix, self._roles.document_params)
 
     def embed_queries(self, texts: Sequence[str]) -> list[list[float]]:
-        # The endpoint's model decides; OpenAI's models take queries and documents alike.
-        return self.embed(texts)
+        # As ``roles`` says; symmetric models (OpenAI's own) take queries and documents alike.
+        return self._embed(texts, self._roles.query_prefix, self._roles.query_params)
+
+    def _embed(self, texts: Sequence[str], prefix: str, params: Mapping[str, Any]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for batch, counted in self._batches([self._fit(prefix + text) for text in texts]):
+            vectors.extend(self._request(batch, counted, params))
+        return vectors
 
     def _fit(self, text: str) -> tuple[str, int]:
         """The text as sent (cut to ``MAX_INPUT_TOKENS``) and its token count; an empty text is sent as one space,
@@ -338,9 +344,11 @@ class OpenAIEmbedder:
             batches[-1] = (texts, used + count)
         return batches
 
-    def _request(self, batch: list[str], counted: int) -> list[list[float]]:
+    def _request(self, batch: list[str], counted: int, params: Mapping[str, Any]) -> list[list[float]]:
         openai = self._openai
         extra: dict[str, Any] = {"dimensions": self._requested_dimensions} if self._requested_dimensions else {}
+        if params:
+            extra["extra_body"] = dict(params)  # the endpoint's own fields (an input type), sent as they are
         where = f"the embeddings endpoint at {self._host} (model {self._model!r})"
         try:
             response = self._client.embeddings.with_raw_response.create(
