@@ -20,6 +20,7 @@ import pytest
 import redis
 from pydantic import SecretStr
 
+from memory_core.core.errors import ConfigurationError, InvalidRequestError
 from memory_core.core.keys import Keys
 from memory_core.core.messages import ReindexRequest
 from memory_core.core.models import MemorySet, MemorySetItem, Scope
@@ -199,3 +200,65 @@ def test_a_stalled_part_is_handed_out_again_once_however_often_the_status_is_ask
     assert first == list(range(PARTS + 1))
     for _ in range(5):
         assert rig.reindexer.status()[1] == []
+
+
+def test_after_an_abort_drop_old_says_there_is_nothing_to_drop(rig: Rig):
+    rig.reindexer.abort()
+    with pytest.raises(InvalidRequestError, match="aborted: its new collection is gone"):
+        rig.reindexer.drop_old()
+
+
+def test_a_repeated_start_without_its_flags_follows_the_running_reindex(rig: Rig):
+    running = rig.reindexer.status()[0]
+    again, _ = rig.reindexer.start(ReindexRequest(action="start", to="openai:fake-model"))
+    assert again.collection == running.collection
+    with pytest.raises(InvalidRequestError, match="abort"):
+        rig.reindexer.start(ReindexRequest(action="start", to="openai:fake-model", dimensions=4))
+
+
+def test_a_targets_configuration_error_names_the_reindexs_own_options(tmp_path: Path, redis_url: str):
+    source = open_embedder(EmbedderSettings(model="hashing"))
+    store = EdgeVectorStore(tmp_path, collection="items_hashing", dimension=source.dimension, meta="meta")
+    client = redis.Redis.from_url(redis_url)
+    reindexer = Reindexer(
+        store=store,
+        embedder=source,
+        embedder_settings=EmbedderSettings(model="hashing"),
+        settings=ReindexSettings(),
+        redis_client=client,
+        keys=Keys("mc-test-races"),
+        collection_for=lambda model: "items_" + model.replace(":", "_"),
+    )
+    try:
+        with pytest.raises(ConfigurationError) as refused:
+            reindexer.start(ReindexRequest(action="start", to="openai:text-embedding-3-small"))
+        assert "--base-url" in str(refused.value)
+        assert "MEMORY_REINDEX__API_KEY" in str(refused.value)
+        assert "MEMORY_EMBEDDER__BASE_URL" not in str(refused.value)  # the environment describes the source
+    finally:
+        store.close()
+        client.close()
+
+
+def test_the_target_takes_its_own_key_when_the_operator_gives_one(tmp_path: Path, redis_url: str):
+    source_settings = EmbedderSettings(model="hashing", api_key=SecretStr("the-current-providers-key"))
+    source = open_embedder(source_settings)
+    store = EdgeVectorStore(tmp_path, collection="items_hashing", dimension=source.dimension, meta="meta")
+    client = redis.Redis.from_url(redis_url)
+    with FakeOpenAI() as fake:
+        reindexer = Reindexer(
+            store=store,
+            embedder=source,
+            embedder_settings=source_settings,
+            settings=ReindexSettings(api_key=SecretStr(VALID_KEY)),
+            redis_client=client,
+            keys=Keys("mc-test-races"),
+            collection_for=lambda model: "items_" + model.replace(":", "_"),
+        )
+        try:
+            reindexer.start(ReindexRequest(action="start", to="openai:fake-model", base_url=fake.url))
+            assert set(fake.keys) == {VALID_KEY}
+        finally:
+            reindexer.close()
+            store.close()
+            client.close()
