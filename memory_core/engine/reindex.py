@@ -119,6 +119,8 @@ class Target:
     collection: str
     store: ReindexableStore
     embedder: Embedder
+    state: str = "building"
+    """The reindex's state when this process last read it."""
 
     def vectors(self, texts: list[str]) -> list[list[float]]:
         return embed_timed(self.embedder, texts) if texts else []
@@ -610,6 +612,7 @@ class Reindexer:
             if self._target is None or self._target.collection != record["collection"]:
                 self._close_target()
                 self._target = self._reopen(record)
+            self._target.state = str(record["state"])
             return self._target
 
     def _store_collection(self) -> str | None:
@@ -787,9 +790,18 @@ class MirroringStore:
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
         self._inner.upsert(scope, records, context_window=context_window)
-        if records:
+        target = self._reindexer.target()
+        if target is None or not records:
+            return
+        if target.state != "switched":
             owed = {r.item.id: r.seq for r in records}
-            self._mirror(lambda target: target.owe(scope, owed))
+            self._mirror(lambda store: store.owe(scope, owed))
+            return
+        # A worker not restarted after the switch writes the collection the others now serve, which no reindex
+        # catches up any more: it embeds for it here, as the switched workers would.
+        vectors = target.vectors([str(r.item.value) for r in records])
+        mirrored = [ItemRecord(item=r.item, seq=r.seq, vector=v) for r, v in zip(records, vectors, strict=True)]
+        self._mirror(lambda store: store.upsert(scope, mirrored, context_window=context_window))
 
     def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
         self._inner.delete(scope, versions)

@@ -262,3 +262,14 @@ def test_the_target_takes_its_own_key_when_the_operator_gives_one(tmp_path: Path
             reindexer.close()
             store.close()
             client.close()
+
+
+def test_a_worker_left_on_the_old_setting_after_the_switch_writes_real_copies_not_owed_ones(rig: Rig):
+    rig.run_all()
+    record = rig.store.read_record("reindex")
+    assert record is not None
+    rig.store.write_record("reindex", {**record, "state": "switched"})  # as the first restarted worker does
+    rig.reindexer.target(fresh=True)
+    _rewrite(rig)
+    source, target = rig.collections()
+    assert target == source  # nothing owed: no one would catch it up after the switch
