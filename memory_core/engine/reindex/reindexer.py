@@ -1,42 +1,4 @@
-"""Re-embedding a live store for another embedder, blue-green (``memory-core reindex``).
-
-The store keeps serving from its collection (the *source*) while a second collection (the *target*) is filled
-with the same points, their dense vectors made anew by the target embedder and their BM25 vectors copied as
-they are (they depend on no model). Nothing ever compares vectors of two models: reads use the source until
-the workers restart with the new ``MEMORY_EMBEDDER__MODEL``, and the first of them to open the store makes
-the switch (``fingerprints.settle_fingerprint``: one write of the fingerprint record names the new collection).
-
-The target is never a dependency of the live path. A write succeeds when the source took it:
-
-* Every change that needs no model is mirrored into the target at once, after the source, under the same
-  monotonic rules (``stores.base.due``): deletes (their tombstones), field changes (folds, pins, importance,
-  access times), set definitions, erasures and the TTL sweep.
-* An upsert is not embedded for the target on the live path: the target gets an *owed placeholder* instead
-  (``stores.base.owed_payload``), a vectorless point just older than the write. The owed copies are caught up
-  in the background (part ``OWED``), with backoff while the target's endpoint fails.
-
-How the copy stays exact while the store is written (``Reindexer._reconcile``): every copy compares a point's
-state in both collections and repairs the target (copies what is older or missing, patches the fields of the
-same version, removes what the source no longer holds), then reads both again and repeats until they agree.
-A copy can be overtaken by a change made while it was embedding; the change was mirrored before the re-read,
-or is seen by it, so no interleaving resurrects an erased item or reverts a field change.
-
-* The point-id space is cut into ``PARTS`` parts; each is copied in batches by ``memory.reindex_batch`` tasks
-  (several workers share the work on a Qdrant server). A part's progress (its cursor) is a record in the
-  store's metadata collection, written after each batch, so a killed worker's part resumes where it was.
-  A Redis lock per part keeps two workers off one part; its expiry bounds how long a killed holder blocks it.
-* Each part is read twice. The second pass reads both collections and repairs what differs: writes a worker
-  made before it learned of the reindex (within ``ReindexSettings.refresh``), a mirror lost to a kill, and
-  points the target holds that the source does not. It starts no sooner than two refresh periods in.
-* Set definitions are copied at the start and again when the last part is done (and mirrored in between).
-* A batch that cannot reach the target's endpoint records why and retries the same batch later (exponential
-  backoff to ``ReindexSettings.retry_max``): one message per part at any time, whatever the outage lasts.
-
-When every part has done both passes the reindex is ``complete``: writes are still mirrored (and owed copies
-caught up) until the workers restart with the target setting; the first of them catches up what is still
-owed before it serves (``settle_switch``), so a store under a steady stream of writes completes too. ``abort`` drops the target; ``drop_old``
-drops the source once the workers switched.
-"""
+"""The worker's half of a reindex (``Reindexer``): start, batches, status, abort, the switch's catch-up."""
 
 from __future__ import annotations
 
@@ -45,8 +7,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import redis
@@ -63,15 +23,23 @@ from memory_core.core.errors import (
 )
 from memory_core.core.keys import Keys
 from memory_core.core.locks import RedisLock
-from memory_core.core.messages import REINDEX_PARTS, TARGET_FIELDS, ReindexRequest, ReindexStatus
+from memory_core.core.messages import TARGET_FIELDS, ReindexRequest, ReindexStatus
 from memory_core.core.metrics import REINDEX_POINTS
-from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
+from memory_core.core.models import Scope
 from memory_core.core.settings import EmbedderSettings, ReindexSettings
 from memory_core.engine.embedders import Embedder, open_embedder
-from memory_core.engine.embedders.base import EmbedderFingerprint, embed_timed
+from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.reindex.repairs import (
+    OWED,
+    PARTS,
+    Target,
+    comparable_fields,
+    part_bounds,
+    part_record,
+    plan_repairs,
+    scope_of,
+)
 from memory_core.engine.stores.base import (
-    ItemRecord,
-    RawPoint,
     ReindexableStore,
     VectorStore,
     item_text,
@@ -80,11 +48,6 @@ from memory_core.engine.stores.fingerprints import REINDEX_RECORD
 
 logger = logging.getLogger(__name__)
 
-PARTS = REINDEX_PARTS
-"""Parts of the point-id space copied independently: point ids are UUIDs, so part ``i`` holds the ids whose
-first hex digit is ``i``, and uniform ids spread the work evenly."""
-OWED = PARTS
-"""The part number of the catch-up of owed copies (``memory.reindex_batch`` with ``part=OWED``)."""
 MIRRORED_STATES = frozenset({"building", "complete", "switched"})
 """States in which the source's writers mirror into the target (after the switch, only workers not yet
 restarted still write the source)."""
@@ -94,91 +57,11 @@ BUSY_DELAY = 0.5
 a time, so its other threads stay free for the adds and searches it serves (measured in ``ops/bench
 --reindex``: with every thread copying, one-item adds waited 20 times longer)."""
 OWED_POLL = 2.0
-"""Seconds between two looks for owed copies when none was found (the catch-up runs until the switch)."""
+"""Seconds between two looks for owed copies when none was found while the reindex builds (once complete, the
+catch-up stops when nothing is owed, and ``status`` or beat's kick sends it on when more is)."""
 RECONCILE_ROUNDS = 5
 """Times a batch reads both collections and repairs before it gives up for now: each round after the first
 only sees points changed while the previous one embedded."""
-VOLATILE = frozenset({"keep_until"})
-"""Payload fields each collection sets by itself (a tombstone's expiry is stamped by its own write)."""
-
-
-def part_bounds(part: int) -> tuple[str, str | None]:
-    """The first point id of a part and the first id past it (None for the last)."""
-    start = f"{part:x}0000000-0000-0000-0000-000000000000"
-    return start, None if part == PARTS - 1 else f"{part + 1:x}0000000-0000-0000-0000-000000000000"
-
-
-def part_record(part: int) -> str:
-    return f"{REINDEX_RECORD} part {part}"
-
-
-@dataclass
-class Target:
-    """The collection being filled and the embedder that fills it."""
-
-    collection: str
-    store: ReindexableStore
-    embedder: Embedder
-    state: str = "building"
-    """The reindex's state when this process last read it."""
-
-    def vectors(self, texts: list[str]) -> list[list[float]]:
-        return embed_timed(self.embedder, texts) if texts else []
-
-
-@dataclass
-class Repairs:
-    """What makes the target agree with the source for some points (``plan_repairs``)."""
-
-    copies: list[RawPoint] = field(default_factory=list)
-    """Source points the target holds older or not at all: items (embedded anew) and tombstones."""
-    patches: list[RawPoint] = field(default_factory=list)
-    """Source items the target holds at the same ``seq`` with other fields (a fold, a pin): fields only."""
-    removals: dict[str, int] = field(default_factory=dict)
-    """Target points the source does not hold (erased, swept), by id -> the ``seq`` they were read with."""
-
-    @property
-    def ids(self) -> list[str]:
-        return [p.id for p in self.copies] + [p.id for p in self.patches] + list(self.removals)
-
-
-def _fields(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """A payload as compared between the collections: without ``VOLATILE`` fields, and a null field as absent
-    (the engines store a field set to null either way)."""
-    return {name: value for name, value in payload.items() if name not in VOLATILE and value is not None}
-
-
-def plan_repairs(source: Mapping[str, RawPoint], target: Mapping[str, RawPoint], ids: Sequence[str]) -> Repairs:
-    """The repairs that make the target's points ``ids`` agree with the source's (each side: id -> point).
-
-    Ordering decides, as for every write: a source point newer than the target's (or an owed placeholder,
-    which is just older than the write it stands for) is copied; at the same ``seq`` only the fields are
-    patched (a change in place never changes the text, so the vector stays right); a target point newer than
-    the source's was mirrored after a source write this read missed, and is left alone. A target point the
-    source does not hold at all goes, unless it is a tombstone (it keeps late copies out until it expires).
-    """
-    repairs = Repairs()
-    for pid in ids:
-        held, wanted = target.get(pid), source.get(pid)
-        if wanted is None or wanted.owed:
-            if held is not None and (held.owed or not held.tombstone):
-                repairs.removals[pid] = held.seq
-            continue
-        same = held is not None and held.seq == wanted.seq
-        if held is None or held.seq < wanted.seq or (same and (held.owed or (wanted.tombstone and not held.tombstone))):
-            repairs.copies.append(wanted)  # as ``due`` decides: over older, and a delete over its own version
-        elif (
-            held.seq == wanted.seq
-            and not held.tombstone
-            and not wanted.tombstone
-            and _fields(held.payload) != _fields(wanted.payload)
-        ):
-            repairs.patches.append(wanted)
-    return repairs
-
-
-def _scope(point: RawPoint) -> Scope:
-    return Scope(point.payload["namespace"], point.payload["key"], point.payload["set"])
 
 
 class Reindexer:
@@ -520,7 +403,7 @@ class Reindexer:
             copied += target.store.copy_in([(p, vectors.get(p.id)) for p in repairs.copies])
             for point in repairs.patches:
                 target.store.set_fields(
-                    _scope(point), [point.payload["item_id"]], _fields(point.payload), seq=point.seq
+                    scope_of(point), [point.payload["item_id"]], comparable_fields(point.payload), seq=point.seq
                 )
             target.store.remove_unchanged(repairs.removals)
             pending = repairs.ids
@@ -755,152 +638,3 @@ def _copy_sets(source: VectorStore, target: VectorStore, *, prune: bool = False)
         for namespace, key, definition in target.list_sets(SET_LIMIT):
             if (namespace, key, definition.name) not in wanted:
                 target.delete_set(namespace, key, definition.name)
-
-
-class MirroringStore:
-    """The serving store, whose writes are mirrored into a reindex's target while one runs.
-
-    It implements the whole ``VectorStore`` protocol itself, so a write method added to the protocol later is a
-    type error here until it is mirrored (a ``__getattr__`` fallback would let it bypass the target unseen).
-
-    The source is written first, then the target, at once: deletes, field changes, set definitions, erasures
-    and the TTL sweep (no model needed), and an owed placeholder for each upsert (its copy is embedded in the
-    background). A task killed in between is redelivered and writes both again (every write is idempotent),
-    and the reindex's second pass repairs what was missed. A mirror write that fails because the reindex was
-    aborted meanwhile (its collection dropped) is dropped too: the write itself succeeded. Reads go to the
-    source only.
-    """
-
-    def __init__(self, inner: VectorStore, reindexer: Reindexer) -> None:
-        self._inner = inner
-        self._reindexer = reindexer
-
-    def _mirror(self, write: Callable[[ReindexableStore], object]) -> None:
-        target = self._reindexer.target()
-        if target is None:
-            return
-        try:
-            write(target.store)
-        except StoreError:
-            if self._reindexer.target(fresh=True) is not None:
-                raise
-            logger.info("a mirrored write found the reindex gone (aborted); the write itself is stored")
-
-    # -- writes, mirrored --------------------------------------------------------------------------------------
-
-    def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
-        self._inner.upsert(scope, records, context_window=context_window)
-        target = self._reindexer.target()
-        if target is None or not records:
-            return
-        if target.state != "switched":
-            owed = {r.item.id: r.seq for r in records}
-            self._mirror(lambda store: store.owe(scope, owed))
-            return
-        # A worker not restarted after the switch writes the collection the others now serve, which no reindex
-        # catches up any more: it embeds for it here, as the switched workers would.
-        vectors = target.vectors([str(r.item.value) for r in records])
-        mirrored = [ItemRecord(item=r.item, seq=r.seq, vector=v) for r, v in zip(records, vectors, strict=True)]
-        self._mirror(lambda store: store.upsert(scope, mirrored, context_window=context_window))
-
-    def delete(self, scope: Scope, versions: Mapping[str, int]) -> None:
-        self._inner.delete(scope, versions)
-        self._mirror(lambda target: target.delete(scope, versions))
-
-    def set_fields(
-        self, scope: Scope, item_ids: Sequence[str], fields: Mapping[str, Any], *, seq: int | None = None
-    ) -> None:
-        self._inner.set_fields(scope, item_ids, fields, seq=seq)
-        self._mirror(lambda target: target.set_fields(scope, item_ids, fields, seq=seq))
-
-    def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
-        self._inner.put_set(namespace, key, definition)
-        self._mirror(lambda target: target.put_set(namespace, key, definition))
-
-    def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
-        deleted = self._inner.delete_set(namespace, key, set_name)
-        self._mirror(lambda target: target.delete_set(namespace, key, set_name))
-        return deleted
-
-    def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
-        forgotten = self._inner.forget(namespace, key)
-        self._mirror(lambda target: target.forget(namespace, key))
-        return forgotten
-
-    def delete_expired(self, now: float, limit: int) -> int:
-        deleted = self._inner.delete_expired(now, limit)
-        self._mirror(lambda target: target.delete_expired(now, limit))
-        return deleted
-
-    def record_fingerprint(self, fingerprint: EmbedderFingerprint) -> None:
-        self._inner.record_fingerprint(fingerprint)  # the source's own record; the target's is the reindex's
-
-    # -- reads and upkeep, the source's --------------------------------------------------------------------
-
-    @property
-    def location(self) -> str:
-        return self._inner.location
-
-    def recorded_fingerprint(self) -> EmbedderFingerprint | None:
-        return self._inner.recorded_fingerprint()
-
-    def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
-        return self._inner.retrieve(scope, item_ids)
-
-    def list_items(self, scope: Scope) -> list[MemorySetItem]:
-        return self._inner.list_items(scope)
-
-    def search(
-        self,
-        scope: Scope,
-        vector: Sequence[float],
-        limit: int,
-        filters: Mapping[str, Any],
-        *,
-        text: str | None = None,
-        mode: SearchMode = "dense",
-    ) -> list[MemorySetItem]:
-        return self._inner.search(scope, vector, limit, filters, text=text, mode=mode)
-
-    def count(self, scope: Scope) -> int:
-        return self._inner.count(scope)
-
-    def item_versions(self, scope: Scope) -> dict[str, int]:
-        return self._inner.item_versions(scope)
-
-    def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
-        return self._inner.get_set(namespace, key, set_name)
-
-    def list_sets(self, limit: int) -> list[tuple[str, str, MemorySet]]:
-        return self._inner.list_sets(limit)
-
-    def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
-        return self._inner.sets_of(namespace, key)
-
-    def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
-        return self._inner.find_by_text_hash(scope, hashes)
-
-    def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
-        return self._inner.expired(now, limit)
-
-    def namespace_counts(self, limit: int) -> dict[str, int]:
-        return self._inner.namespace_counts(limit)
-
-    def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
-        return self._inner.item_vectors(scope, item_ids)
-
-    def snapshot(self, target: Path) -> list[str]:
-        return self._inner.snapshot(target)
-
-    def optimize(self) -> bool:
-        return self._inner.optimize()
-
-    def close(self) -> None:
-        self._reindexer.close()
-        self._inner.close()
-
-
-def mirroring(store: VectorStore, reindexer: Reindexer) -> VectorStore:
-    """``store``, its writes mirrored into a running reindex's target."""
-    mirrored: VectorStore = MirroringStore(store, reindexer)  # mypy checks the whole protocol here
-    return mirrored
