@@ -73,21 +73,28 @@ def _record(item_id: str, text: str, seq: int, **fields: object) -> ItemRecord:
     return ItemRecord(item=item, seq=seq, vector=[])
 
 
+def _reindexer(
+    store: EdgeVectorStore, source: EmbedderSettings, client: redis.Redis, settings: ReindexSettings
+) -> Reindexer:
+    """A reindexer of ``store`` (filled by the embedder of ``source``) whose targets are named after their model."""
+    return Reindexer(
+        store=store,
+        embedder=open_embedder(source),
+        embedder_settings=source,
+        settings=settings,
+        redis_client=client,
+        keys=Keys("mc-test-races"),
+        collection_for=lambda model: "items_" + model.replace(":", "_"),
+    )
+
+
 @pytest.fixture
 def rig(tmp_path: Path, redis_url: str) -> Iterator[Rig]:
     source = open_embedder(SOURCE)
     store = EdgeVectorStore(tmp_path, collection="items_hashing", dimension=source.dimension, meta="meta")
     client = redis.Redis.from_url(redis_url)
     with FakeOpenAI() as fake:
-        reindexer = Reindexer(
-            store=store,
-            embedder=source,
-            embedder_settings=SOURCE,
-            settings=ReindexSettings(batch_size=16, refresh=0.05, lock_ttl=5, duty=1),
-            redis_client=client,
-            keys=Keys("mc-test-races"),
-            collection_for=lambda model: "items_" + model.replace(":", "_"),
-        )
+        reindexer = _reindexer(store, SOURCE, client, ReindexSettings(batch_size=16, refresh=0.05, lock_ttl=5, duty=1))
         mirror = mirroring(store, reindexer)
         for scope in (SCOPE, OTHER):
             mirror.put_set(scope.namespace, scope.key, MemorySet(name=scope.set_name, capacity=1000))
@@ -220,15 +227,7 @@ def test_a_targets_configuration_error_names_the_reindexs_own_options(tmp_path: 
     source = open_embedder(EmbedderSettings(model="hashing"))
     store = EdgeVectorStore(tmp_path, collection="items_hashing", dimension=source.dimension, meta="meta")
     client = redis.Redis.from_url(redis_url)
-    reindexer = Reindexer(
-        store=store,
-        embedder=source,
-        embedder_settings=EmbedderSettings(model="hashing"),
-        settings=ReindexSettings(),
-        redis_client=client,
-        keys=Keys("mc-test-races"),
-        collection_for=lambda model: "items_" + model.replace(":", "_"),
-    )
+    reindexer = _reindexer(store, EmbedderSettings(model="hashing"), client, ReindexSettings())
     try:
         with pytest.raises(ConfigurationError) as refused:
             reindexer.start(ReindexRequest(action="start", to="openai:text-embedding-3-small"))
@@ -246,15 +245,7 @@ def test_the_target_takes_its_own_key_when_the_operator_gives_one(tmp_path: Path
     store = EdgeVectorStore(tmp_path, collection="items_hashing", dimension=source.dimension, meta="meta")
     client = redis.Redis.from_url(redis_url)
     with FakeOpenAI() as fake:
-        reindexer = Reindexer(
-            store=store,
-            embedder=source,
-            embedder_settings=source_settings,
-            settings=ReindexSettings(api_key=SecretStr(VALID_KEY)),
-            redis_client=client,
-            keys=Keys("mc-test-races"),
-            collection_for=lambda model: "items_" + model.replace(":", "_"),
-        )
+        reindexer = _reindexer(store, source_settings, client, ReindexSettings(api_key=SecretStr(VALID_KEY)))
         try:
             reindexer.start(ReindexRequest(action="start", to="openai:fake-model", base_url=fake.url))
             assert set(fake.keys) == {VALID_KEY}
