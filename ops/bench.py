@@ -13,15 +13,24 @@ Measured in one run on the same texts:
 
     ops/bench [--items 2000] [--batch 100] [--searches 200] [--compaction-items 1000] [--door-facts 200]
     ops/bench --doors    # the doors alone
-    ops/bench --writes 3    # (a), (b) and (c) alone, three rounds in turn (to compare builds)
+    ops/bench --writes 3 [--broker redis,rabbitmq] [--batch-items 64,1024] [--write-cores 1,2,4]    # (a), (b)
+      and (c) alone, three rounds, a worker per broker / batch size / core count side by side (ops/write_bench.py)
     ops/bench --scale 10000,100000,1000000    # cost as work grows, one embedded node (ops/scale.py)
     ops/bench --hybrid-scale 100000,1000000 [--keep]    # hybrid search's engine query as the store grows,
       on two vocabularies, the query plan before and now side by side (ops/hybrid_bench.py)
-    ops/bench --profile-writes    # where the worker's CPU goes per add message (ops/write_profile.py)
+    ops/bench --profile-writes [--broker redis,rabbitmq]    # where the worker's CPU goes per add message
+      (ops/write_profile.py)
+    ops/bench --profile-search    # where a search's time goes, client to worker and back (ops/search_profile.py)
     ops/bench --rerank [SPEC]    # what reranking adds per search, beside none (ops/rerank_bench.py)
     ops/bench --reindex [--big-items 100000]    # a reindex's rate, and adds and searches during one (ops/reindex_bench.py)
-    ops/bench --mem0 [--items 2000] [--batch 100] [--searches 200]    # against mem0 with the same embedder, side
-      by side on real chat text (ops/mem0_bench.py; mem0 in a venv of its own under ops/.run)
+    ops/bench --formation [EXCHANGES]    # formation lag, model calls and tokens from 50 sessions, and adds and
+      searches with formation busy against idle (ops/formation_bench.py)
+    ops/bench --console [ITEMS]    # the console's views on a set of 100,000 items: server time, page weight
+    ops/bench --callers 4,16 [--rounds 2] [--embed-batch 8,32] [--batch-wait 0,50]    # concurrent callers
+      adding one chat turn each until stored, beside the embedder alone, with the CPU an item by process
+      (ops/callers_bench.py)
+    ops/bench --mem0 [--items 20000] [--searches 200]    # against mem0 with the same embedder, side by side on
+      real chat turns over 200 users: concurrent callers, fire-and-forget, sequential, search (ops/mem0_bench.py)
     ops/bench --embedder SPEC [--embedder-path DIR] [--embedder-base-url URL]    # another embedder
       (MEMORY_EMBEDDER__MODEL) in the worker and in (a), with every section but --scale
 """
@@ -31,14 +40,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import random
 import shutil
 import socket
 import statistics
 import subprocess
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +56,20 @@ from typing import Any
 import httpx
 import numpy as np
 import qdrant_edge as qe
-import redis
+from benchkit import (
+    SHARED_DATA,
+    batched_adds,
+    big_store,
+    chat_turns,
+    clear_embeddings,
+    corpus,
+    embed_rates,
+    pair,
+    percentile,
+    rss_mb,
+    single_adds,
+    timed,
+)
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from stack import (
     ROOT,
@@ -69,101 +89,18 @@ from memory_core import (
     LongTermMemory,
     MemoryClient,
     NoWorkerAvailable,
-    WriteReceipt,
     load_settings,
 )
 from memory_core.core import routing
 from memory_core.core.dispatch import open_redis
 from memory_core.core.liveness import consumers
 from memory_core.core.messages import CompactionReport
-from memory_core.core.models import MemorySet, MemorySetItem, Scope
-from memory_core.core.settings import QdrantSettings, Settings
-from memory_core.engine.embedders import Embedder, EmbedderFingerprint, open_embedder
-from memory_core.engine.stores import ItemRecord, collection_name, meta_collection_name, point_id
+from memory_core.core.models import MemorySetItem, Scope
+from memory_core.engine.embedders import EmbedderFingerprint, open_embedder
+from memory_core.engine.stores import ItemRecord, point_id
 from memory_core.engine.stores.base import to_payload
 from memory_core.engine.stores.edge import DENSE, EdgeVectorStore
 from memory_core.testing.fake_anthropic import FakeAnthropic
-
-SUBJECTS = ["Alice", "Bob", "the support agent", "our CFO", "Maya", "the on-call engineer", "Chen", "the customer"]
-VERBS = ["prefers", "asked about", "complained about", "ordered", "cancelled", "recommended", "forgot", "scheduled"]
-OBJECTS = [
-    "green tea",
-    "a refund for order 4411",
-    "the Lyon office move",
-    "peanut-free catering",
-    "a Kyoto trip",
-    "the quarterly report",
-    "a ThinkPad X1",
-    "the half marathon",
-    "Postgres failover drills",
-    "a dentist visit",
-]
-TAILS = [
-    "last Tuesday",
-    "before the board meeting",
-    "during the outage",
-    "in the chat yesterday",
-    "by e-mail",
-    "for next spring",
-    "after the demo",
-    "while travelling",
-    "on the phone",
-    "as a recurring reminder",
-]
-
-
-def corpus(count: int, seed: int = 7) -> list[str]:
-    """Varied, realistic-length memory texts (deterministic)."""
-    rng = random.Random(seed)
-    return [
-        f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} {rng.choice(TAILS)} (note {i})"
-        for i in range(count)
-    ]
-
-
-SHARED_DATA = ROOT.parent / "shared" / "data"
-"""Where the chat datasets are (``ops/eval``'s default data beside the project): (a) is measured on their turns."""
-
-
-def chat_turns(count: int) -> list[str]:
-    """``count`` real chat turns, an equal share of each dataset in ``SHARED_DATA`` (a stride through its
-    ``items.jsonl``: short and long turns alike); none when no dataset is on this machine."""
-    files = sorted(SHARED_DATA.glob("*/items.jsonl"))
-    texts: list[str] = []
-    for items in files:
-        lines = items.read_text().splitlines()
-        share = max(1, count // len(files))
-        texts += [json.loads(line)["text"] for line in lines[:: max(1, len(lines) // share)]][:share]
-    return texts
-
-
-def _pair(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} ms / {percentile(values, 0.95):.2f} ms"
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _embed_rate(embedder: Embedder, texts: list[str], threads: int) -> float:
-    # One call per thread for its whole share: the embedder orders a call's texts by length and pads each
-    # batch to its longest, so the largest calls waste the least (the embedder's best layout).
-    share = -(-len(texts) // threads)
-    chunks = [texts[i : i + share] for i in range(0, len(texts), share)]
-    started = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(embedder.embed, chunks))
-    return len(texts) / (time.perf_counter() - started)
-
-
-def _timed(call: Callable[[str], object], queries: list[str]) -> list[float]:
-    latencies = []
-    for query in queries:
-        started = time.perf_counter()
-        call(query)
-        latencies.append((time.perf_counter() - started) * 1000)
-    return latencies
 
 
 def _tagged(search: Callable[..., object], tag: str) -> Callable[[str], object]:
@@ -274,192 +211,12 @@ def _conditional_writes(count: int, batch: int) -> dict[str, float]:
     return rates
 
 
-def _single_adds(client: MemoryClient, texts: list[str], clients: int = 4, name: str = "singles") -> float:
-    """(b): one add() per item from ``clients`` threads, wait=False, timed until every item is durable."""
-    ltm = client.long_term("bench", "k")
-    singles = ltm.get_or_create_memory_set(name, capacity=1_000_000)
-    receipts: list[WriteReceipt] = []
-    lock = threading.Lock()
-
-    def send(part: list[str]) -> None:
-        mine = [ltm.submit(singles, [text]) for text in part]
-        with lock:
-            receipts.extend(mine)
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(send, [texts[i::clients] for i in range(clients)]))
-    for receipt in receipts:
-        receipt.wait(timeout=600)
-    rate = len(texts) / (time.perf_counter() - started)
-    assert singles.size() == len(texts), "every item must be stored"
-    return rate
-
-
-def _batched_adds(client: MemoryClient, texts: list[str], batch: int) -> float:
-    """(c): add() calls of ``batch`` items, all sent, then timed until every item is durable."""
-    ltm = client.long_term("bench", "k")
-    notes = ltm.get_or_create_memory_set("notes", capacity=1_000_000)
-    started = time.perf_counter()
-    receipts = [ltm.submit(notes, texts[i : i + batch]) for i in range(0, len(texts), batch)]
-    for receipt in receipts:
-        receipt.wait(timeout=600)
-    rate = len(texts) / (time.perf_counter() - started)
-    assert notes.size() == len(texts), "every item must be stored"
-    return rate
-
-
-def _embed_rates(embedder: Embedder, texts: list[str], settings: Settings) -> dict[int, float]:
-    """(a): the embedder alone at its best layout, items/s by thread count; the worker embeds in several
-    threads at once, so the ceiling is the best of them, each measured twice."""
-    embedder.embed(texts[:64])  # warm-up
-    rates: dict[int, float] = {}
-    for threads in sorted({1, os.cpu_count() or 1, settings.celery.concurrency}):
-        for _ in range(2):
-            rates[threads] = max(rates.get(threads, 0.0), _embed_rate(embedder, texts, threads))
-    return rates
-
-
-def _idle_adds(clients: dict[str, MemoryClient], texts: list[str]) -> dict[str, list[float]]:
-    """One add at a time (nothing else in flight), until durable, through each client in turn: ms each."""
-    sets = {
-        name: c.long_term("bench", "k").get_or_create_memory_set("idle", capacity=1_000_000)
-        for name, c in clients.items()
-    }
-    times: dict[str, list[float]] = {name: [] for name in clients}
-    for n, text in enumerate(texts):
-        for name in list(clients)[n % 2 :] + list(clients)[: n % 2]:  # each goes first in turn
-            began = time.perf_counter()
-            sets[name].add([f"{text} ({name})"], wait=True)
-            times[name].append((time.perf_counter() - began) * 1000)
-    return times
-
-
-def _only_writes(args: argparse.Namespace) -> None:
-    """(a), (b) and (c) alone, ``args.writes`` rounds in turn on one worker, each round on new texts; (b) and
-    one add on an idle worker also with group commit off (``MEMORY_CLIENT__COALESCE_MAX_ITEMS=1``)."""
-    env = isolated_env("bench")
-    settings = load_settings()
-    uncoalesced = settings.model_copy(update={"client": settings.client.model_copy(update={"coalesce_max_items": 1})})
-    embedder = open_embedder(settings.embedder)
-    print(f"embedder: {embedder.fingerprint.describe()}", flush=True)
-    chat = chat_turns(args.items)  # (a) on real chat text, once: the rounds' texts are the template corpus
-    chat_rate = max(_embed_rates(embedder, chat, settings).values()) if chat else float("nan")
-    rows = []
-    idle: dict[str, list[float]] = {"group commit on": [], "group commit off": []}
-    with (
-        redis_server(settings.redis.url),
-        worker(env, name="bench-worker"),
-        MemoryClient(settings) as client,
-        MemoryClient(uncoalesced) as one_by_one,
-    ):
-        clear_prefix(settings.redis.url, settings.redis.key_prefix)
-        warm = client.long_term("bench", "k").get_or_create_memory_set("warm", capacity=1_000_000)
-        warm.add(corpus(32, seed=99))  # worker warm-up (model load)
-        for n in range(args.writes):
-            texts = corpus(args.items, seed=100 + n)
-            embed_rate = max(_embed_rates(embedder, texts, settings).values())
-            single_rate = _single_adds(client, texts)
-            _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
-            single_off_rate = _single_adds(one_by_one, texts, name="singles-off")
-            _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
-            full_rate = _batched_adds(client, texts, args.batch)
-            pair = {"group commit on": client, "group commit off": one_by_one}
-            for name, ms in _idle_adds(pair, corpus(100, seed=200 + n)).items():
-                idle[name] += ms
-            for name in ("singles", "singles-off", "notes", "idle"):
-                client.long_term("bench", "k").delete_memory_set(name)
-            rows.append((embed_rate, single_rate, full_rate, single_off_rate))
-            print(
-                f"round {n + 1}: (a) {embed_rate:.0f}, (b) {single_rate:.0f} (group commit off: "
-                f"{single_off_rate:.0f}), (c) {full_rate:.0f} items/s",
-                flush=True,
-            )
-    print(
-        f"\n| round | (a) embedder items/s | (b) one add per item, 4 threads | (c) adds of {args.batch} | (b)/(a) | (c)/(a) "
-        "| (b) group commit off | its /(a) |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for n, (a, b, c, off) in enumerate(rows, 1):
-        print(f"| {n} | {a:.0f} | {b:.0f} | {c:.0f} | {b / a:.2f} | {c / a:.2f} | {off:.0f} | {off / a:.2f} |")
-    b_ratio = statistics.median(b / a for a, b, _, _ in rows)
-    c_ratio = statistics.median(c / a for a, _, c, _ in rows)
-    off_ratio = statistics.median(off / a for a, _, _, off in rows)
-    print(f"| median | | | | {b_ratio:.2f} | {c_ratio:.2f} | | {off_ratio:.2f} |")
-    print(f"\n(a) on {len(chat)} chat turns of {SHARED_DATA} (equal shares of each dataset): {chat_rate:.0f} items/s")
-    print("\none add() on an idle worker, until durable, the two clients alternating, p50 / p95:")
-    for name, ms in idle.items():
-        print(f"- {name}: {_pair(ms)} ({len(ms)} adds)")
-
-
-def _clear_embeddings(url: str, prefix: str) -> None:
-    """Drops cached embeddings, so the next measure on the same texts embeds them again."""
-    client = redis.Redis.from_url(url)
-    try:
-        for key in client.scan_iter(f"{prefix}:*:embedding:*", count=1000):
-            client.delete(key)
-    finally:
-        client.close()
-
-
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def _big_store(path: Path, count: int, model_name: str, fingerprint: EmbedderFingerprint) -> float:
-    """Writes a ``count``-item set straight into an embedded store (random vectors, real texts); seconds taken.
-
-    The store is the one the worker's embedder (``model_name``, ``fingerprint``) opens, so it searches it."""
-    shutil.rmtree(path, ignore_errors=True)
-    settings = QdrantSettings(path=path)
-    dimension = fingerprint.dimension
-    store = EdgeVectorStore(
-        path,
-        collection=collection_name(settings, model_name),
-        dimension=dimension,
-        meta=meta_collection_name(settings),
-        fingerprint=fingerprint,
-    )
-    started = time.perf_counter()
-    try:
-        store.put_set("bench", "big", MemorySet(name="notes", capacity=1_000_000))
-        rng = np.random.default_rng(3)
-        texts = corpus(count, seed=3)
-        now = datetime.now(UTC)
-        scope = Scope("bench", "big", "notes")
-        for start in range(0, count, 2_000):
-            vectors = rng.standard_normal((min(2_000, count - start), dimension), dtype=np.float32)
-            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            records = [
-                ItemRecord(
-                    item=MemorySetItem(
-                        memory_set_name="notes",
-                        id=str(start + i),
-                        value=texts[start + i],
-                        created_time=now,
-                        last_accessed_time=now,
-                    ),
-                    seq=start + i,
-                    vector=vector,
-                )
-                for i, vector in enumerate(vectors)
-            ]
-            store.upsert(scope, records, context_window=2)
-        store.optimize()  # what the memory.optimize maintenance task does
-        return time.perf_counter() - started
-    finally:
-        store.close()
-
-
 def _big_search(
     env: dict[str, str], count: int, queries: list[str], model_name: str, fingerprint: EmbedderFingerprint
 ) -> dict[str, Any]:
     """Hybrid search through the queue on a ``count``-item set (every query new: cache misses); worker RSS."""
     path = RUN_DIR / "bench-big"
-    write_s = _big_store(path, count, model_name, fingerprint)
+    write_s = big_store(path, count, model_name, fingerprint)
     big_env = {**env, "MEMORY_QDRANT__PATH": str(path), "MEMORY_REDIS__KEY_PREFIX": "benchbig"}
     os.environ.update(big_env)
     settings = load_settings()
@@ -467,14 +224,14 @@ def _big_search(
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
         notes = client.long_term("bench", "big").get_memory_set("notes")
         notes.search("warm-up query", limit=10)
-        rss = [_rss_mb(process.pid)]
-        rounds = [_timed(_tagged(notes.search, f"round {r}"), queries) for r in range(3)]
-        rss.append(_rss_mb(process.pid))
-        dense = _timed(lambda q: notes.search(f"{q} (dense)", limit=10, mode="dense"), queries)
-        rss.append(_rss_mb(process.pid))
+        rss = [rss_mb(process.pid)]
+        rounds = [timed(_tagged(notes.search, f"round {r}"), queries) for r in range(3)]
+        rss.append(rss_mb(process.pid))
+        dense = timed(lambda q: notes.search(f"{q} (dense)", limit=10, mode="dense"), queries)
+        rss.append(rss_mb(process.pid))
         # A write into a set this large must not cost in proportion to its size (no exact count per write).
         notes.add(["warm-up write"])
-        adds = _timed(lambda q: notes.add([f"{q} (written)"]), queries)
+        adds = timed(lambda q: notes.add([f"{q} (written)"]), queries)
     return {"write_s": write_s, "hybrid": rounds[0], "rounds": rounds, "dense": dense, "rss": rss, "adds": adds}
 
 
@@ -768,7 +525,12 @@ def _only_module(args: argparse.Namespace) -> bool:
         import write_profile
 
         with redis_server(load_settings().redis.url):
-            write_profile.run(args.items, args.batch)
+            write_profile.run(args.items, args.batch, args.broker)
+    elif args.profile_search:
+        import search_profile
+
+        with redis_server(load_settings().redis.url):
+            search_profile.run(args.items, args.searches)
     elif args.rerank is not None:
         import rerank_bench
 
@@ -778,10 +540,24 @@ def _only_module(args: argparse.Namespace) -> bool:
 
         with redis_server(load_settings().redis.url):
             reindex_bench.run(args.big_items, min(args.searches, 200))
+    elif args.formation is not None:
+        import formation_bench
+
+        formation_bench.run(args.formation)
+    elif args.console is not None:
+        import console_bench
+
+        with redis_server(load_settings().redis.url):
+            console_bench.run(args.console)
+    elif args.callers:
+        import callers_bench
+
+        callers_bench.run(args)
     elif args.mem0:
         import mem0_bench
 
-        mem0_bench.run(args.items, args.batch, args.searches)  # in mem0's own venv: this process ends there
+        items = args.items if args.items_given else mem0_bench.ITEMS
+        mem0_bench.run(items, args.batch, args.searches)  # in mem0's own venv: this process ends there
     else:
         return False
     return True
@@ -789,7 +565,7 @@ def _only_module(args: argparse.Namespace) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--items", type=int, default=2000)
+    parser.add_argument("--items", type=int, help="items written (2000; --mem0: 20000)")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--compaction-items", type=int, default=1000)
@@ -821,7 +597,52 @@ def main() -> None:
         "--writes",
         type=int,
         metavar="ROUNDS",
-        help="run only the write throughput, (a), (b) and (c), this many rounds in turn (to compare builds)",
+        help="run only the write throughput, (a), (b) and (c), this many rounds in turn (ops/write_bench.py)",
+    )
+    parser.add_argument(
+        "--broker",
+        default="redis",
+        metavar="BROKERS",
+        help="with --writes or --profile-writes: the brokers to compare, a worker each (redis, rabbitmq, or both)",
+    )
+    parser.add_argument(
+        "--batch-items",
+        metavar="SIZES",
+        help="with --writes: MEMORY_BATCHING__MAX_ITEMS values to compare, a worker each (e.g. 64,1024)",
+    )
+    parser.add_argument(
+        "--batch-wait",
+        metavar="MS",
+        help="with --writes or --callers: MEMORY_BATCHING__MAX_WAIT_MS values to compare, a worker each (e.g. 0,50)",
+    )
+    parser.add_argument(
+        "--write-cores",
+        metavar="COUNTS",
+        help="with --writes or --callers: MEMORY_BATCHING__THREADS values to compare, (a) at the same thread count (e.g. 1,2,4)",
+    )
+    parser.add_argument(
+        "--callers",
+        metavar="COUNTS",
+        help="run only concurrent callers against the embedder alone (ops/callers_bench.py): these thread counts "
+        "(e.g. 4,16) each adding one chat turn per call until stored, with the CPU an item by process; compares "
+        "--embed-batch, --batch-wait and --write-cores values, a worker each",
+    )
+    parser.add_argument("--rounds", type=int, default=2, help="with --callers: rounds, the order rotating each round")
+    parser.add_argument(
+        "--embed-batch",
+        metavar="SIZES",
+        help="with --callers: MEMORY_EMBEDDER__BATCH_SIZE values to compare, a worker each (e.g. 8,32)",
+    )
+    parser.add_argument(
+        "--embed-threads",
+        metavar="COUNTS",
+        help="with --callers: MEMORY_EMBEDDER__THREADS values to compare, a worker each (e.g. 1,2)",
+    )
+    parser.add_argument(
+        "--profile-search",
+        action="store_true",
+        help="run only where a search's time goes, client -> broker -> worker -> embed -> engine -> reply "
+        "(ops/search_profile.py)",
     )
     parser.add_argument(
         "--profile-writes",
@@ -843,13 +664,37 @@ def main() -> None:
         "and searches during it against none",
     )
     parser.add_argument(
+        "--formation",
+        nargs="?",
+        type=int,
+        const=300,
+        metavar="EXCHANGES",
+        help="run only the formation section (ops/formation_bench.py): 50 sessions save this many exchanges in all "
+        "(default 300) against a fake Messages API; formation lag, model calls and tokens, and adds and searches "
+        "with formation busy against idle",
+    )
+    parser.add_argument(
+        "--console",
+        type=int,
+        nargs="?",
+        const=100_000,
+        default=None,
+        metavar="ITEMS",
+        help="run only the console's views on a set of ITEMS items (100000): server time and page weight "
+        "(ops/console_bench.py)",
+    )
+    parser.add_argument(
         "--mem0",
         action="store_true",
-        help="run only memory-core against mem0 with the same embedder (ops/mem0_bench.py): --items chat turns added "
-        "one by one and in adds of --batch, then --searches questions",
+        help="run only memory-core against mem0 with the same embedder (ops/mem0_bench.py): --items chat turns "
+        "(20000) over 200 users from 4 and 16 threads, fire-and-forget and sequential adds, and --searches questions "
+        "at a tenth of the items and at all of them, against mem0 on qdrant-client's local store and on FAISS",
     )
     add_embedder_options(parser)
     args = parser.parse_args()
+    args.items_given = args.items is not None
+    if args.items is None:
+        args.items = 2000
     if args.scale and (args.embedder or args.embedder_path or args.embedder_base_url):
         parser.error("--scale measures the store with stand-in vectors of the shipped model; --embedder does not apply")
     choose_embedder(args)  # before any worker starts: isolated_env hands the choice on
@@ -862,7 +707,9 @@ def main() -> None:
         _only_doors(args)
         return
     if args.writes:
-        _only_writes(args)
+        import write_bench
+
+        write_bench.run(args)
         return
 
     env = isolated_env("bench")
@@ -873,10 +720,10 @@ def main() -> None:
     # (a) the embedder alone, as the worker runs it (same threads and batch size), on the same texts.
     embedder = open_embedder(settings.embedder)
     model_name, fingerprint = embedder.model_name, embedder.fingerprint
-    rates = _embed_rates(embedder, texts, settings)
+    rates = embed_rates(embedder, texts, settings)
     embed_rate = max(rates.values())
     chat = chat_turns(args.items)  # and on real chat text, whose lengths vary as the template corpus's do not
-    chat_rate = max(_embed_rates(embedder, chat, settings).values()) if chat else float("nan")
+    chat_rate = max(embed_rates(embedder, chat, settings).values()) if chat else float("nan")
     single = []
     for text in texts[:50]:
         t0 = time.perf_counter()
@@ -892,26 +739,26 @@ def main() -> None:
         notes.delete()
 
         # (b) one add per item from 4 client threads; (c) batched add calls; same texts, no cached embeddings.
-        single_rate = _single_adds(client, texts)
-        _clear_embeddings(settings.redis.url, settings.redis.key_prefix)
-        full_rate = _batched_adds(client, texts, args.batch)
+        single_rate = single_adds(client, texts)
+        clear_embeddings(settings.redis.url, settings.redis.key_prefix)
+        full_rate = batched_adds(client, texts, args.batch)
 
         # Distinct queries: every first search is a cache miss (through the queue); the same queries
         # again from this client hit L1; from a fresh client (empty L1) they hit L2.
         # Query texts never embedded before (no "(note i)"), so a miss pays for its query embedding.
         prefixes = list(dict.fromkeys(t.rsplit(" (", 1)[0] for t in texts))
         queries = random.Random(11).sample(prefixes, min(args.searches, len(prefixes)))
-        latencies = _timed(lambda q: notes.search(q, limit=10), queries)
-        l1_latencies = _timed(lambda q: notes.search(q, limit=10), queries)
+        latencies = timed(lambda q: notes.search(q, limit=10), queries)
+        l1_latencies = timed(lambda q: notes.search(q, limit=10), queries)
         with MemoryClient(settings) as fresh:
             other = fresh.long_term("bench", "k")
-            l2_latencies = _timed(lambda q: other.search("notes", q, limit=10), queries)
+            l2_latencies = timed(lambda q: other.search("notes", q, limit=10), queries)
             assert fresh.stats().l2_hits == len(queries), "every search of the fresh client must hit L2"
         tiers = _tiers(client, [q + " (again)" for q in queries])  # new query texts: no cached search or embedding
         extractive, extractive_s = _compaction(client, texts[: args.compaction_items], "extractive")
         # What the liveness check costs a call when its cached answer is stale (at most once a beat per queue).
         heartbeats = open_redis(settings)
-        check_ms = _timed(lambda q: consumers(heartbeats, client.keys, routing.READ_QUEUE), queries[:100])
+        check_ms = timed(lambda q: consumers(heartbeats, client.keys, routing.READ_QUEUE), queries[:100])
         heartbeats.close()
         doors = _doors(client, env, args.door_facts, args.searches)
 
@@ -950,29 +797,29 @@ def main() -> None:
     print(f"| (c) full path, add() of {args.batch}, until durable | {full_rate:.0f} items/s |")
     print(f"| ratio (b)/(a) | {single_rate / embed_rate:.2f} |")
     print(f"| ratio (c)/(a) | {full_rate / embed_rate:.2f} |")
-    print(f"| search, cache miss (through the queue), p50 / p95 | {_pair(latencies)} |")
-    print(f"| search, L2 hit (Redis, another client), p50 / p95 | {_pair(l2_latencies)} |")
-    print(f"| search, L1 hit (this process), p50 / p95 | {_pair(l1_latencies)} |")
+    print(f"| search, cache miss (through the queue), p50 / p95 | {pair(latencies)} |")
+    print(f"| search, L2 hit (Redis, another client), p50 / p95 | {pair(l2_latencies)} |")
+    print(f"| search, L1 hit (this process), p50 / p95 | {pair(l1_latencies)} |")
     print(f"| of which: one query embedding, p50 | {query_embed_ms:.1f} ms |")
-    print(f"| liveness check (read of the heartbeats, once a beat per queue), p50 / p95 | {_pair(check_ms)} |")
+    print(f"| liveness check (read of the heartbeats, once a beat per queue), p50 / p95 | {pair(check_ms)} |")
     print(f"| a call with no worker running: NoWorkerAvailable after | {no_worker_s:.2f} s |")
     print(
         f"| TTL sweep of {args.ttl_items:,} expired items, embedded engine | {ttl_sweep_s:.2f} s "
         f"(writing them took {ttl_write_s:.1f} s) |"
     )
-    print(f"| short-term: persist 20 fields (one MULTI), p50 / p95 | {_pair(tiers['persist'])} |")
-    print(f"| short-term: first read of a state (one HGETALL), p50 / p95 | {_pair(tiers['cold'])} |")
-    print(f"| session: save() of one exchange (XADD + promotion task), p50 / p95 | {_pair(tiers['save'])} |")
-    print(f"| session: window(k=5).load(), p50 / p95 | {_pair(tiers['window'])} |")
-    print(f"| recall over 3 tiers ({len(texts)}-item set + state + session), p50 / p95 | {_pair(tiers['recall'])} |")
+    print(f"| short-term: persist 20 fields (one MULTI), p50 / p95 | {pair(tiers['persist'])} |")
+    print(f"| short-term: first read of a state (one HGETALL), p50 / p95 | {pair(tiers['cold'])} |")
+    print(f"| session: save() of one exchange (XADD + promotion task), p50 / p95 | {pair(tiers['save'])} |")
+    print(f"| session: window(k=5).load(), p50 / p95 | {pair(tiers['window'])} |")
+    print(f"| recall over 3 tiers ({len(texts)}-item set + state + session), p50 / p95 | {pair(tiers['recall'])} |")
     ratio = statistics.median(tiers["recall"]) / statistics.median(latencies)
     print(f"| recall p50 / search-miss p50 | {ratio:.2f} |")
     print(
-        f"| hybrid search on a {args.big_items:,}-item set, through the queue, p50 / p95 | {_pair(big['hybrid'])} "
+        f"| hybrid search on a {args.big_items:,}-item set, through the queue, p50 / p95 | {pair(big['hybrid'])} "
         f"(p50 minus the query embedding: {statistics.median(big['hybrid']) - query_embed_ms:.1f} ms) |"
     )
-    print(f"| dense search on the same set, p50 / p95 | {_pair(big['dense'])} |")
-    print(f"| add() of one item into the same set, until durable, p50 / p95 | {_pair(big['adds'])} |")
+    print(f"| dense search on the same set, p50 / p95 | {pair(big['dense'])} |")
+    print(f"| add() of one item into the same set, until durable, p50 / p95 | {pair(big['adds'])} |")
     print(
         f"| worker RSS with the {args.big_items:,}-item set: after warm-up / 3 x {len(big['hybrid'])} searches / "
         f"{len(big['dense'])} more | {' / '.join(f'{r:.0f} MB' for r in big['rss'])} |"

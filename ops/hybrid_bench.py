@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench import SHARED_DATA, _timed, corpus, percentile
+from benchkit import SHARED_DATA, corpus, percentile, timed
 from scale import _CHUNK, _store
 from stack import RUN_DIR, clear_prefix, isolated_env, worker
 
@@ -184,7 +184,7 @@ def through_queue(path: Path, size: int, searches: int, package: Path | None = N
             notes = client.long_term(vocabulary, "u").get_memory_set("notes")
             notes.search("warm-up", limit=10)
             asked = [f"{q} ({n})" for n, q in enumerate(queries(vocabulary, searches))]
-            timings[vocabulary] = _timed(functools.partial(notes.search, limit=10), asked)
+            timings[vocabulary] = timed(functools.partial(notes.search, limit=10), asked)
     return timings
 
 

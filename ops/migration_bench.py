@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench import corpus
+from benchkit import corpus
 from stack import ROOT, RUN_DIR
 
 from memory_core.core.models import MemorySet, MemorySetItem, Scope

@@ -19,7 +19,7 @@ import os
 import statistics
 import time
 
-from bench import _big_store, _pair, _timed, corpus
+from benchkit import big_store, corpus, pair, timed
 from stack import RUN_DIR, clear_prefix, isolated_env, worker
 
 from memory_core import MemoryClient, MemorySet
@@ -41,7 +41,7 @@ def run(items: int, searches: int) -> None:
     env.pop("MEMORY_EMBEDDER__MODEL", None)  # the store holds the shipped model's vectors: its worker runs it
     os.environ.pop("MEMORY_EMBEDDER__MODEL", None)
     path = RUN_DIR / "bench-reindex"
-    write_s = _big_store(path, items, MODEL_NAME, minilm_fingerprint())
+    write_s = big_store(path, items, MODEL_NAME, minilm_fingerprint())
     env = {**env, "MEMORY_QDRANT__PATH": str(path), "MEMORY_EMBEDDER__API_KEY": VALID_KEY}
     os.environ.update(env)
     settings = load_settings()
@@ -80,7 +80,7 @@ def run(items: int, searches: int) -> None:
         down_ratio = statistics.median(down[op]) / statistics.median(quiet[op])
         label = "one-item add (waits for the store)" if op == "add" else "hybrid search (new query: cache misses)"
         print(
-            f"| {label} | {_pair(quiet[op])} | {_pair(during[op])} | x{ratio:.2f} | {_pair(down[op])} "
+            f"| {label} | {pair(quiet[op])} | {pair(during[op])} | x{ratio:.2f} | {pair(down[op])} "
             f"| x{down_ratio:.2f} |"
         )
     print(
@@ -100,8 +100,8 @@ def run(items: int, searches: int) -> None:
 
 def _load(notes: MemorySet, queries: list[str], tag: str) -> dict[str, list[float]]:
     """One-item adds and hybrid searches, in turn, one call at a time."""
-    adds = _timed(lambda q: notes.add([f"{q} ({tag} write)"]), queries)
-    found = _timed(lambda q: notes.search(f"{q} ({tag})", limit=10), queries)
+    adds = timed(lambda q: notes.add([f"{q} ({tag} write)"]), queries)
+    found = timed(lambda q: notes.search(f"{q} ({tag})", limit=10), queries)
     return {"add": adds, "search": found}
 
 

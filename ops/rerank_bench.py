@@ -21,7 +21,7 @@ import os
 import random
 import statistics
 
-from bench import _pair, _timed, corpus
+from benchkit import corpus, pair, timed
 from stack import clear_prefix, isolated_env, redis_server, worker
 
 from memory_core import MemoryClient, load_settings
@@ -56,14 +56,14 @@ def run(spec: str | None, items: int, searches: int) -> None:
             notes.search(query + " warm", limit=LIMIT, rerank=False)
         off, wide, on = [], [], []
         for query in queries:
-            off += _timed(lambda q: notes.search(q, limit=LIMIT, rerank=False), [query])
-            wide += _timed(lambda q: notes.search(q, limit=max(LIMIT, candidates), rerank=False), [query])
-            on += _timed(lambda q: notes.search(q, limit=LIMIT), [query])
+            off += timed(lambda q: notes.search(q, limit=LIMIT, rerank=False), [query])
+            wide += timed(lambda q: notes.search(q, limit=max(LIMIT, candidates), rerank=False), [query])
+            on += timed(lambda q: notes.search(q, limit=LIMIT), [query])
     added = statistics.median(on) - statistics.median(off)
     print(f"\nmemory-core bench --rerank: {items} items, {len(queries)} searches each way, {os.cpu_count()} cores\n")
     print("| search, through the queue, caches off | p50 / p95 |")
     print("|---|---|")
-    print(f"| no reranking, limit {LIMIT} | {_pair(off)} |")
-    print(f"| no reranking, limit {max(LIMIT, candidates)} (the candidates' fetch alone) | {_pair(wide)} |")
-    print(f"| reranked by {spec} ({candidates} candidates), limit {LIMIT} | {_pair(on)} |")
+    print(f"| no reranking, limit {LIMIT} | {pair(off)} |")
+    print(f"| no reranking, limit {max(LIMIT, candidates)} (the candidates' fetch alone) | {pair(wide)} |")
+    print(f"| reranked by {spec} ({candidates} candidates), limit {LIMIT} | {pair(on)} |")
     print(f"| added by reranking, p50 | {added:+.2f} ms (x{statistics.median(on) / statistics.median(off):.2f}) |")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench import _rss_mb, _timed, corpus, percentile
+from benchkit import corpus, percentile, rss_mb, timed
 from stack import RUN_DIR, clear_prefix, isolated_env, worker
 
 from memory_core import EvictionPolicy, MemoryClient, load_settings
@@ -57,7 +57,7 @@ def _disk_mb(path: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def _pair(values: list[float]) -> str:
+def pair(values: list[float]) -> str:
     return f"{statistics.median(values):.1f} / {percentile(values, 0.95):.1f} ms"
 
 
@@ -209,13 +209,13 @@ def _through_queue(path: Path, env: dict[str, str], size: int, searches: int) ->
         big = client.long_term("big", "u").get_memory_set("notes")
         small = client.long_term("small", "u").get_memory_set("notes")
         big.search("warm-up", limit=10)
-        rss = [_rss_mb(process.pid)]
+        rss = [rss_mb(process.pid)]
         rounds = []
         for r in range(3):
-            rounds.append(_timed(lambda q: big.search(q, limit=10), queries[r * searches : (r + 1) * searches]))
-            rss.append(_rss_mb(process.pid))
-        dense = _timed(lambda q: big.search(q, limit=10, mode="dense"), queries[3 * searches : 4 * searches])
-        filtered = _timed(lambda q: small.search(q, limit=10), queries[4 * searches :])
+            rounds.append(timed(lambda q: big.search(q, limit=10), queries[r * searches : (r + 1) * searches]))
+            rss.append(rss_mb(process.pid))
+        dense = timed(lambda q: big.search(q, limit=10, mode="dense"), queries[3 * searches : 4 * searches])
+        filtered = timed(lambda q: small.search(q, limit=10), queries[4 * searches :])
         full = client.long_term("full", "u").get_memory_set("notes")
         began = time.perf_counter()
         full.add(["the item that fills the set"])
@@ -269,9 +269,9 @@ def _print(rows: dict[int, dict[str, Any]], searches: int) -> None:
     line("disk", lambda r: f"{r['disk_mb']:,.0f} MB")
     line("open the store again", lambda r: f"{r['reopen_s']:.2f} s")
     line("start a worker on it until ready (model load included)", lambda r: f"{r['ready_s']:.1f} s")
-    line("hybrid search in the big set (half the items), p50 / p95", lambda r: _pair(r["hybrid"]))
-    line("dense search in the big set, p50 / p95", lambda r: _pair(r["dense"]))
-    line(f"search in a {_SMALL}-item set of the same store, p50 / p95", lambda r: _pair(r["filtered"]))
+    line("hybrid search in the big set (half the items), p50 / p95", lambda r: pair(r["hybrid"]))
+    line("dense search in the big set, p50 / p95", lambda r: pair(r["dense"]))
+    line(f"search in a {_SMALL}-item set of the same store, p50 / p95", lambda r: pair(r["filtered"]))
     line("worker RSS: warm / after rounds 1, 2, 3", lambda r: " / ".join(f"{m:,.0f}" for m in r["rss"]) + " MB")
     for name in rows[sizes[0]]["passes"]:
         line(

@@ -8,12 +8,14 @@ logging, metrics...), and the worker's CPU time over the run (from the kernel) i
 and divided by the items and by the messages it took (the client carries concurrent adds to one set
 in one message, so one add per item from 4 threads arrives as fewer messages than items).
 
-    ops/bench --profile-writes [--items 2000]
+With ``--broker redis,rabbitmq`` each broker gets a worker of its own, profiled in turn on the same loads.
+
+    ops/bench --profile-writes [--items 2000] [--broker redis,rabbitmq]
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import signal
 import subprocess
 import time
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from stack import RUN_DIR, VENV_BIN, clear_prefix, isolated_env, worker
 
-from memory_core import MemoryClient, load_settings
+from memory_core import MemoryClient
 
 _OUR_REDIS = "Redis round trips of ours (replies, locks, versions, caches)"
 _BROKER = "broker transport (kombu, with its own Redis commands)"
@@ -38,7 +40,7 @@ BUCKETS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("validation and models (pydantic)", ("pydantic", "validation.py", "messages.py", "models.py")),
     ("JSON", ("json/", "orjson")),
     ("thread hand-offs (task pool, micro-batching)", ("batching.py", "queue.py", "threading.py", "concurrent/futures")),
-    (_BROKER, ("kombu/",)),
+    (_BROKER, ("kombu/", "amqp/")),
     ("Celery's task handling", ("celery/", "billiard/")),
 )
 OTHER = "other (interpreter, our own code)"
@@ -74,11 +76,6 @@ def bucket(stack: str) -> str:
     return OTHER
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _adds_received(log: Path) -> int:
     """Add messages the worker has taken so far (one log line each; clients coalesce concurrent adds)."""
     return log.read_text(errors="replace").count("Task memory.add[") // 2  # received, then succeeded
@@ -106,15 +103,25 @@ def _ours(raw: Path) -> Counter[str]:
     return found
 
 
-def run(items: int, batch: int) -> None:
-    from bench import _single_adds, corpus  # the bench's own loads, on its texts
+def run(items: int, batch: int, brokers: str = "redis") -> None:
+    """Profiles a worker on each of ``brokers`` (comma-separated: redis, rabbitmq) in turn."""
+    for broker in brokers.split(","):
+        _profile(items, batch, broker)
 
-    env = isolated_env("profile")
-    settings = load_settings()
-    texts = corpus(items, seed=13)
+
+def _profile(items: int, batch: int, broker: str) -> None:
+    from benchkit import corpus, cpu_seconds, rabbitmq_vhost, settings_with, single_adds  # the bench's own loads
+
+    env = isolated_env(f"profile-{broker[:6]}")
     results: list[tuple[str, int, float, Counter[str], Counter[str]]] = []
-    log = RUN_DIR / "profile-worker.log"  # where stack.worker logs it
-    with worker(env, name="profile-worker") as process, MemoryClient(settings) as client:
+    log = RUN_DIR / f"profile-{broker}.log"  # where stack.worker logs it
+    with contextlib.ExitStack() as stack:
+        if broker == "rabbitmq":
+            env["MEMORY_CELERY__BROKER_URL"] = stack.enter_context(rabbitmq_vhost("mc-bench-profile"))
+        settings = settings_with(env)
+        process = stack.enter_context(worker(env, name=f"profile-{broker}"))
+        client = stack.enter_context(MemoryClient(settings))
+        texts = corpus(items, seed=13)
         clear_prefix(settings.redis.url, settings.redis.key_prefix)
         ltm = client.long_term("bench", "k")
         warm = ltm.get_or_create_memory_set("warm", capacity=1_000_000)
@@ -128,29 +135,29 @@ def run(items: int, batch: int) -> None:
                 stderr=subprocess.DEVNULL,
             )
             time.sleep(1.0)  # the sampler attaches
-            cpu, taken = _cpu_seconds(process.pid), _adds_received(log)
+            cpu, taken = cpu_seconds(process.pid), _adds_received(log)
             if n == 0:
-                _single_adds(client, texts)
+                single_adds(client, texts)
             else:
                 notes = ltm.get_or_create_memory_set("batched", capacity=1_000_000)
                 receipts = [ltm.submit(notes, texts[i : i + batch]) for i in range(0, len(texts), batch)]
                 for receipt in receipts:
                     receipt.wait(timeout=600)
-            cpu, messages = _cpu_seconds(process.pid) - cpu, _adds_received(log) - taken
+            cpu, messages = cpu_seconds(process.pid) - cpu, _adds_received(log) - taken
             sampler.send_signal(signal.SIGINT)
             sampler.wait(timeout=60)
             results.append((label, messages, cpu, _read(raw), _ours(raw)))
             texts = corpus(items, seed=17)  # new texts: no cached embeddings
     for label, messages, cpu, shares, ours in results:
         total = sum(shares.values()) or 1
-        print(f"\nworker CPU per message, {label}: {items} items in {messages} messages")
+        print(f"\nworker CPU per message on {broker}, {label}: {items} items in {messages} messages")
         print(f"{cpu:.1f} s of CPU, {cpu / messages * 1000:.2f} ms per message, {cpu / items * 1000:.2f} ms per item\n")
         print("| where | share of samples | ms CPU per message | ms CPU per item |")
         print("|---|---|---|---|")
         for name, count in shares.most_common():
             share = count / total
             print(f"| {name} | {share:.1%} | {cpu / messages * 1000 * share:.2f} | {cpu / items * 1000 * share:.2f} |")
-        print(f"\nwhat is not the model, by the nearest function of ours on the stack ({label}):\n")
+        print(f"\nwhat is not the model, by the nearest function of ours on the stack ({broker}, {label}):\n")
         print("| function | ms CPU per message |")
         print("|---|---|")
         for name, count in ours.most_common(12):

@@ -44,10 +44,13 @@ def both_collections(path: Path, source_model: str, target: str) -> tuple[dict[s
 
 
 def follow(admin: Admin, timeout: float = 240) -> ReindexStatus:
-    """Polls the status (which resumes stalled parts, as the CLI does) until the reindex is no longer building."""
+    """Polls the status (which resumes stalled parts, as the CLI does) until the reindex is no longer building
+    and owes the new collection nothing. A write made after its range's check pass is owed and copied by the
+    catch-up, which may still be waiting out its poll when the last part completes: the collections agree only
+    once it has run."""
     deadline = time.monotonic() + timeout
     status = admin.reindex("status")
-    while status.state == "building":
+    while status.state == "building" or (status.state == "complete" and status.owed):
         assert time.monotonic() < deadline, f"reindex still building after {timeout} s: {status}"
         time.sleep(0.5)
         status = admin.reindex("status")

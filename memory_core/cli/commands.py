@@ -1,4 +1,7 @@
-"""Data commands: sets, items, forget, dead letters, usage, stats, export/import, backup/restore; serve."""
+"""Data commands: sets, items, forget, dead letters, usage, stats, export/import, backup/restore; serve.
+
+``models``, ``reindex`` and ``formation`` have modules of their own, registered from here.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import IO, Any
 
 from pydantic import ValidationError
 
-from memory_core.cli import EXIT_FAILED, EXIT_OK, emit, models, reindex
+from memory_core.cli import EXIT_FAILED, EXIT_OK, emit, formation, models, reindex
 from memory_core.cli.progress import Progress
 from memory_core.client import MemoryClient
 from memory_core.client.admin import PAGE, Admin
@@ -110,7 +113,7 @@ def register(sub: Any) -> None:
     p.add_argument("--yes", action="store_true", help="really drop")
     p.set_defaults(run=_letters_drop)
 
-    p = sub.add_parser("usage", help="summarizer and embedding tokens per model, and compactions, per namespace")
+    p = sub.add_parser("usage", help="model and embedding tokens per model, compactions and formations, per namespace")
     p.add_argument(
         "namespace",
         nargs="?",
@@ -159,6 +162,7 @@ def register(sub: Any) -> None:
 
     models.register(sub)
     reindex.register(sub)
+    formation.register(sub)
 
 
 def _json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -429,6 +433,11 @@ def _usage(args: argparse.Namespace, rest: list[str]) -> int:
                 lines.append(
                     f"{r.namespace:<20} {r.compactions} compactions, {r.items_folded} items folded, {r.failures} failures"
                 )
+            if r.formations or r.facts_formed or r.formation_tokens:  # silent where formation never ran
+                lines.append(
+                    f"{r.namespace:<20} {r.formations} formations, {r.facts_formed} facts formed, "
+                    f"{r.formation_tokens:,} formation tokens"
+                )
         return lines
 
     emit(args, data, rows)
@@ -682,5 +691,7 @@ def _serve(args: argparse.Namespace, rest: list[str]) -> int:
     if args.dev and settings.auth.tokens is None:
         print("memory-core serve: dev mode: no authentication, every namespace, loopback only", file=sys.stderr)
     print(f"memory-core serve: serving http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    if settings.console.enabled:
+        print(f"memory-core serve: the console is at http://{args.host}:{args.port}/ui", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return EXIT_OK

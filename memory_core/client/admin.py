@@ -1,4 +1,5 @@
-"""The operator API behind the ``memory-core`` CLI: listings, export and import, snapshots and restore.
+"""The operator API behind the ``memory-core`` CLI: listings, export and import, snapshots and restore,
+and formation's deferred and verbatim operations.
 
 Everything that touches items goes through the workers (only a worker opens the store);
 restore of the embedded engine is the exception: it runs with the workers stopped, on the
@@ -29,6 +30,9 @@ from memory_core.core.messages import (
     ExportedItem,
     ExportReply,
     ExportRequest,
+    FormationAdminReport,
+    FormationReplayRequest,
+    FormationResumeRequest,
     ImportRequest,
     ListSetsRequest,
     ReindexRequest,
@@ -100,6 +104,27 @@ class Admin:
         request = parse(ImportRequest, fields, "import")
         summary = _summary(namespace, key=key, set=set_name, items=len(items))
         return int(self.client.dispatcher.call(routing.IMPORT, request, summary)["count"])
+
+    def formation_resume(self, namespace: str) -> FormationAdminReport:
+        """Sends the namespace's deferred formation operations again; ``sent`` says how many, ``left`` how many
+        stay deferred (a worker sends up to 1000 a call). An operation sent while the namespace is still over
+        its daily tokens (``MEMORY_FORMATION__DAILY_TOKENS``) is deferred again."""
+        request = parse(FormationResumeRequest, {"namespace": namespace}, "formation resume request")
+        reply = self.client.dispatcher.call(routing.FORMATION_RESUME, request, _summary(namespace))
+        return FormationAdminReport.model_validate(reply)
+
+    def formation_replay(self, namespace: str, key: str, set_name: str = "facts") -> FormationAdminReport:
+        """Has the model form again the facts one set kept verbatim (formed while the workers had no model);
+        ``sent`` counts the formation operations sent (each up to ``MEMORY_FORMATION__MAX_MESSAGES`` facts).
+
+        A worker without a model (no ``MEMORY_ANTHROPIC__API_KEY``) refuses it with ``FormationError``.
+        """
+        fields = {"namespace": namespace, "key": key, "set_name": set_name}
+        request = parse(FormationReplayRequest, fields, "formation replay request")
+        summary = _summary(namespace, key=key, set=set_name)
+        return FormationAdminReport.model_validate(
+            self.client.dispatcher.call(routing.FORMATION_REPLAY, request, summary)
+        )
 
     def backup(self, label: str, timeout: float = 600.0) -> BackupReply:
         """Asks a worker for a consistent snapshot of the store, named ``label``, and waits for it.

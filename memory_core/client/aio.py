@@ -20,17 +20,29 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Self, TypeVar
 
 from memory_core.client.async_session import AsyncSession
 from memory_core.client.base import ClientBase, add_summary
 from memory_core.client.coalescing import AsyncAddCoalescer
+from memory_core.client.formation import FormationOperations, MessageLike
 from memory_core.client.long_term import LongTermOperations, SetRef, stored_ids
 from memory_core.core import routing
 from memory_core.core.cache.definitions import DefinitionCache
 from memory_core.core.cache.tiered import TieredCache
 from memory_core.core.dispatch_async import AsyncDispatcher, open_async_redis
-from memory_core.core.messages import AddRequest, CompactionReport, ForgetReceipt, RecallReply
+from memory_core.core.messages import (
+    AddRequest,
+    BrowseSort,
+    CompactionReport,
+    Explained,
+    ForgetReceipt,
+    ForgetSourcesReport,
+    FormationReport,
+    Page,
+    RecallReply,
+)
 from memory_core.core.models import ChatMessage, MemorySet, MemorySetItem, SearchMode, Usage
 from memory_core.core.settings import Settings, load_settings
 from memory_core.core.steps import Call, Operation, Send, Step, SubmitAdd, Wait, on_redis_async, run_async
@@ -127,14 +139,29 @@ class AsyncMemoryClient(ClientBase):
     def session(
         self, namespace: str, session_id: str, *, key: str | None = None, promote: Promotion = "messages", **more: Any
     ) -> AsyncSession:
-        """One conversation; see ``MemoryClient.session`` (also ``set_name``, ``ttl`` and ``max_messages``)."""
+        """One conversation; see ``MemoryClient.session`` (also ``set_name``, ``ttl``, ``max_messages``,
+        ``form_into``, ``debounce`` and ``max_wait``)."""
         set_name, ttl, most = more.pop("set_name", None), more.pop("ttl", None), more.pop("max_messages", None)
+        form_into, debounce = more.pop("form_into", None), more.pop("debounce", 5.0)
+        max_wait = more.pop("max_wait", 60.0)
         limits = more
         if limits:
             raise TypeError(f"session() got unexpected keyword arguments {sorted(limits)}")
         scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, most)
-        long_term = self.long_term(scope["namespace"], scope["key"])._ops
-        return AsyncSession(self.session_operations(scope, long_term), self.run)
+        long_term = self.long_term(scope["namespace"], scope["key"])
+        operations = self.session_operations(scope, long_term._ops)
+        operations.feed_formation(
+            form_into,
+            debounce,
+            max_wait,
+            keys=self.keys,
+            settings=self.settings.formation,
+            remember=long_term._formation.remember,
+            publish=lambda task, request, summary, countdown: self.dispatcher.send(
+                task, request, summary, countdown=countdown
+            ),
+        )
+        return AsyncSession(operations, self.run)
 
     def profile(self, namespace: str, user_id: str) -> AsyncUserProfile:
         """The merged profile document of one user; see ``MemoryClient.profile``."""
@@ -255,6 +282,7 @@ class AsyncLongTermMemory:
         self.namespace = namespace
         self.key = key
         self._ops = LongTermOperations(client, namespace, key, lambda definition: definition)
+        self._formation = FormationOperations(client, namespace, key)
 
     def __repr__(self) -> str:
         return f"AsyncLongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
@@ -323,6 +351,82 @@ class AsyncLongTermMemory:
         *,
         mode: SearchMode = "hybrid",
         rerank: bool | None = None,
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
-        """The ``limit`` items most relevant to ``query``, best first; see ``LongTermMemory.search``."""
-        return await self._client.run(self._ops.search(memory_set, query, limit, filters, mode, rerank))
+        """The ``limit`` items most relevant to ``query``, best first; see ``LongTermMemory.search`` (facts
+        superseded by formation are left out unless include_superseded=True)."""
+        return await self._client.run(
+            self._ops.search(memory_set, query, limit, filters, mode, rerank, include_superseded)
+        )
+
+    async def browse(
+        self,
+        memory_set: SetRef,
+        *,
+        sort: BrowseSort = "created",
+        descending: bool = True,
+        cursor: str | None = None,
+        limit: int = 50,
+        contains: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        compacted: bool | None = None,
+        pinned: bool | None = None,
+        min_importance: float | None = None,
+        max_importance: float | None = None,
+        expiring: bool | None = None,
+    ) -> Page:
+        """One page of the set's visible items, filtered and sorted; see ``LongTermMemory.browse``. Records no
+        access."""
+        filters = {
+            "contains": contains,
+            "metadata": metadata,
+            "created_after": created_after,
+            "created_before": created_before,
+            "compacted": compacted,
+            "pinned": pinned,
+            "min_importance": min_importance,
+            "max_importance": max_importance,
+            "expiring": expiring,
+        }
+        return await self._client.run(self._ops.browse(memory_set, sort, descending, cursor, limit, filters))
+
+    async def explain(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        *,
+        mode: SearchMode = "hybrid",
+        rerank: bool | None = None,
+        filters: Filters = None,
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        """A search's hits, each with every ranker's part in its score; see ``LongTermMemory.explain``. Records no
+        access."""
+        operation = self._ops.explain(memory_set, query, limit, filters, mode, rerank, include_superseded)
+        return await self._client.run(operation)
+
+    async def remember(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        set_name: str = "facts",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> FormationReport:
+        """Forms memories from a conversation; see ``LongTermMemory.remember``."""
+        return await self._client.run(self._formation.remember(messages, set_name, wait=wait, timeout=timeout))
+
+    async def operation(self, op_id: str) -> FormationReport:
+        """Where a formation operation stands; see ``LongTermMemory.operation``."""
+        return await self._client.run(self._formation.operation(op_id))
+
+    async def history(self, fact_id: str, *, set_name: str = "facts") -> list[MemorySetItem]:
+        """A fact's chain, oldest first; see ``LongTermMemory.history``."""
+        return await self._client.run(self._formation.history(fact_id, set_name))
+
+    async def forget_sources(self, source_ids: Sequence[str], *, set_name: str = "facts") -> ForgetSourcesReport:
+        """Erases messages from the set's facts; see ``LongTermMemory.forget_sources``."""
+        return await self._client.run(self._formation.forget_sources(source_ids, set_name))

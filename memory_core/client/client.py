@@ -109,6 +109,9 @@ class MemoryClient(ClientBase):
         set_name: str | None = None,
         ttl: int | None = None,
         max_messages: int | None = None,
+        form_into: str | None = None,
+        debounce: float = 5.0,
+        max_wait: float = 60.0,
     ) -> Session:
         """One conversation: a Redis chat history and its strategies (buffer, window, token_buffer, summary,
         entity, vector), promoted into the long-term chat set ``set_name`` of ``(namespace, key)``.
@@ -116,10 +119,28 @@ class MemoryClient(ClientBase):
         ``key`` (the user or agent the conversation belongs to) defaults to ``session_id``. ``ttl`` (an int of
         seconds from 0 to 3153600000; 0 for none) and ``max_messages`` (an int from 2 to 1000000) default to
         ``MEMORY_SESSION__*``; every write renews the TTL.
+
+        ``form_into``: a long-term set of ``(namespace, key)`` (e.g. ``"facts"``) that what is saved is formed
+        into (``remember``), debounced per session, whichever process saves: one formation once no message came
+        for ``debounce`` seconds, and at most ``max_wait`` seconds after the oldest message not yet sent (both
+        numbers of seconds above 0 and at most 3600, ``max_wait`` at least ``debounce``). A newer save replaces
+        a formation still waiting, so each message is formed once; the facts' sources are the message ids.
         """
         scope = self._session_scope(namespace, session_id, key, promote, set_name, ttl, max_messages)
-        long_term = self.long_term(scope["namespace"], scope["key"])._ops
-        return Session(self, self.session_operations(scope, long_term), tokens=self.tokens)
+        long_term = self.long_term(scope["namespace"], scope["key"])
+        operations = self.session_operations(scope, long_term._ops)
+        operations.feed_formation(
+            form_into,
+            debounce,
+            max_wait,
+            keys=self.keys,
+            settings=self.settings.formation,
+            remember=long_term._formation.remember,
+            publish=lambda task, request, summary, countdown: self.dispatcher.send(
+                task, request, summary, countdown=countdown
+            ),
+        )
+        return Session(self, operations, tokens=self.tokens)
 
     def checkpoints(self, namespace: str) -> CheckpointStore:
         """Agent state snapshots of one namespace, by thread, checkpoint namespace and id."""

@@ -7,30 +7,46 @@
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from memory_core.client.checks import ITEM_ID, SET_NAME, check_query, checked, lifecycle_fields
 from memory_core.client.coalescing import Sent
+from memory_core.client.formation import FormationOperations, MessageLike
 from memory_core.client.reads import ReadCache, search_digest
 from memory_core.core import routing
 from memory_core.core.cache.definitions import DefinitionCache
 from memory_core.core.dispatch import Dispatcher
 from memory_core.core.errors import BrokerUnavailable, InvalidRequestError, MemorySetNotFound
+from memory_core.core.keys import Keys
 from memory_core.core.messages import (
+    MAX_BROWSE_LIMIT,
+    MAX_CONTAINS_CHARS,
+    MAX_CURSOR_CHARS,
     AddReply,
     AddRequest,
+    BrowseQuery,
+    BrowseRequest,
+    BrowseSort,
     CompactionReport,
     CompactRequest,
     CountReply,
     CreateSetRequest,
     DeleteRequest,
     DeleteSetRequest,
+    Explained,
+    ExplainReply,
+    ExplainRequest,
+    ForgetSourcesReport,
+    FormationReport,
     IdsRequest,
     ItemsReply,
     NewItem,
+    Page,
     SearchRequest,
     SetReply,
     SetRequest,
@@ -51,6 +67,7 @@ from memory_core.core.validation import (
     check_filters,
     check_metadata,
     check_seconds,
+    check_text,
     check_ttl,
     check_value,
     parse,
@@ -65,6 +82,7 @@ class ClientParts(Protocol):
     """What the operations need of a client, blocking or asyncio."""
 
     settings: Settings
+    keys: Keys
     definitions: DefinitionCache
     reads: ReadCache | None
 
@@ -272,31 +290,14 @@ class LongTermOperations:
         filters: dict[str, Any] | None,
         mode: SearchMode,
         rerank: bool | None = None,
+        include_superseded: bool = False,
     ) -> Operation[list[MemorySetItem]]:
-        limits = self._client.settings.limits
-        check_query(query, limit, limits)
-        filters = {} if filters is None else filters
-        check_filters(filters)  # before dict(): a str or a list of pairs is not a mapping of filters
-        filters = dict(filters)
-        if mode not in ("hybrid", "dense", "lexical"):
-            raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
-        if rerank is not None and not isinstance(rerank, bool):
-            raise InvalidRequestError(f"rerank must be True, False or None, got {short_repr(rerank)}")
-        set_name = self._set_name(memory_set)
-        request = SearchRequest(
-            namespace=self.namespace,
-            key=self.key,
-            set_name=set_name,
-            query=query,
-            limit=limit,
-            filters=filters,
-            mode=mode,
-            rerank=rerank,
-        )
+        request = self._search_request(memory_set, query, limit, filters, mode, rerank, include_superseded)
+        set_name, filters = request.set_name, request.filters
         reads = self._client.reads
         if reads is None:
             return ItemsReply.model_validate((yield self._call(routing.SEARCH, request, set_name, limit=limit))).items
-        scope, digest = request.scope, search_digest(query, limit, filters, mode, rerank)
+        scope, digest = request.scope, search_digest(query, limit, filters, mode, rerank, include_superseded)
         cached, version, online = reads.search(scope, digest)
         if cached is not None:
             return cached
@@ -306,7 +307,68 @@ class LongTermOperations:
         reads.store_search(scope, version, digest, items)
         return items
 
+    def explain(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int,
+        filters: dict[str, Any] | None,
+        mode: SearchMode,
+        rerank: bool | None,
+        include_superseded: bool,
+    ) -> Operation[list[Explained]]:
+        searched = self._search_request(memory_set, query, limit, filters, mode, rerank, include_superseded)
+        request = ExplainRequest(**dict(searched))
+        reply = yield self._call(routing.EXPLAIN, request, request.set_name, limit=limit)
+        return ExplainReply.model_validate(reply).hits
+
+    def browse(
+        self, memory_set: SetRef, sort: Any, descending: Any, cursor: Any, limit: Any, filters: dict[str, Any]
+    ) -> Operation[Page]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BROWSE_LIMIT:
+            raise InvalidRequestError(f"limit must be an int from 1 to {MAX_BROWSE_LIMIT}, got {short_repr(limit)}")
+        if cursor is not None and (not isinstance(cursor, str) or not 1 <= len(cursor) <= MAX_CURSOR_CHARS):
+            raise InvalidRequestError(f"cursor must be a page's next_cursor (a str) or None, got {short_repr(cursor)}")
+        query = parse(BrowseQuery, _browse_fields(sort, descending, filters), "browse query")
+        set_name = self._set_name(memory_set)
+        request = BrowseRequest(
+            namespace=self.namespace, key=self.key, set_name=set_name, query=query, cursor=cursor, limit=limit
+        )
+        return Page.model_validate((yield self._call(routing.BROWSE, request, set_name, limit=limit)))
+
     # -- helpers --------------------------------------------------------------
+
+    def _search_request(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int,
+        filters: dict[str, Any] | None,
+        mode: SearchMode,
+        rerank: bool | None,
+        include_superseded: bool,
+    ) -> SearchRequest:
+        limits = self._client.settings.limits
+        check_query(query, limit, limits)
+        filters = {} if filters is None else filters
+        check_filters(filters)  # before dict(): a str or a list of pairs is not a mapping of filters
+        if mode not in ("hybrid", "dense", "lexical"):
+            raise InvalidRequestError(f"mode must be 'hybrid', 'dense' or 'lexical', got {short_repr(mode)}")
+        if rerank is not None and not isinstance(rerank, bool):
+            raise InvalidRequestError(f"rerank must be True, False or None, got {short_repr(rerank)}")
+        if not isinstance(include_superseded, bool):
+            raise InvalidRequestError(f"include_superseded must be True or False, got {short_repr(include_superseded)}")
+        return SearchRequest(
+            namespace=self.namespace,
+            key=self.key,
+            set_name=self._set_name(memory_set),
+            query=query,
+            limit=limit,
+            filters=dict(filters),
+            mode=mode,
+            rerank=rerank,
+            include_superseded=include_superseded,
+        )
 
     def _call(self, task: str, request: Any, set_name: str, **counts: int) -> Call:
         return Call(task, request, self._summary(set_name, **counts))
@@ -365,6 +427,61 @@ class LongTermOperations:
         return copies
 
 
+BROWSE_SORTS = ("created", "updated", "importance", "last_access", "expires")
+
+
+def _is_moment(value: object) -> bool:
+    return isinstance(value, datetime) and value.utcoffset() is not None
+
+
+def _is_share(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and 0 <= value <= 1
+
+
+_FLAG = (lambda value: isinstance(value, bool), "True, False or None")
+_MOMENT = (_is_moment, "an aware datetime (with a timezone) or None")
+_SHARE = (_is_share, "a number from 0 to 1 or None")
+_BROWSE_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "created_after": _MOMENT,
+    "created_before": _MOMENT,
+    "compacted": _FLAG,
+    "pinned": _FLAG,
+    "expiring": _FLAG,
+    "min_importance": _SHARE,
+    "max_importance": _SHARE,
+}
+
+
+def _browse_fields(sort: object, descending: object, filters: dict[str, Any]) -> dict[str, Any]:
+    """A browse's query fields, each checked as given (pydantic alone would take ``"yes"`` for True, or a naive
+    datetime's local time for an instant)."""
+    if sort not in BROWSE_SORTS:
+        raise InvalidRequestError(f"sort must be one of {', '.join(map(repr, BROWSE_SORTS))}, got {short_repr(sort)}")
+    if not isinstance(descending, bool):
+        raise InvalidRequestError(f"descending must be True or False, got {short_repr(descending)}")
+    contains = filters.get("contains")
+    if contains is not None:
+        if not isinstance(contains, str):
+            raise InvalidRequestError(f"contains must be a str of words or None, got {short_repr(contains)}")
+        check_text(contains, f"contains {short_repr(contains)}", MAX_CONTAINS_CHARS)
+    metadata = filters.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise InvalidRequestError(
+                f"metadata must be a dict of metadata key -> str or int, got {short_repr(metadata)}"
+            )
+        check_filters(metadata)
+    for name, (valid, expected) in _BROWSE_CHECKS.items():
+        value = filters.get(name)
+        if value is not None and not valid(value):
+            raise InvalidRequestError(f"{name} must be {expected}, got {short_repr(value)}")
+    fields = {name: value for name, value in filters.items() if value is not None}
+    for name in ("min_importance", "max_importance"):
+        if name in fields:
+            fields[name] = float(fields[name])  # an int (0 or 1) is a number too; the message takes floats
+    return {"sort": sort, "descending": descending, **fields}
+
+
 class LongTermMemory:
     """Memory sets of one ``(namespace, key)``; the Flink Agents long-term memory API.
 
@@ -381,6 +498,7 @@ class LongTermMemory:
         self.namespace = namespace
         self.key = key
         self._ops = LongTermOperations(client, namespace, key, lambda definition: definition.bind(self))
+        self._formation = FormationOperations(client, namespace, key)
 
     def __repr__(self) -> str:
         return f"LongTermMemory(namespace={self.namespace!r}, key={self.key!r})"
@@ -492,6 +610,7 @@ class LongTermMemory:
         *,
         mode: SearchMode = "hybrid",
         rerank: bool | None = None,
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
         """The ``limit`` items most relevant to ``query``, best first, each with a ``score`` (higher = better).
 
@@ -506,5 +625,113 @@ class LongTermMemory:
         it to the workers, False turns it off for this search, True asks for it (``InvalidRequestError`` where
         the workers have none). A failing reranker raises ``RerankerError`` (``TransientRerankerError`` when
         retrying may help).
+
+        ``include_superseded``: facts superseded by formation are left out unless include_superseded=True
+        (then they come too, each with its ``fact.valid_to`` set). True or False.
         """
-        return self._client.run(self._ops.search(memory_set, query, limit, filters, mode, rerank))
+        return self._client.run(self._ops.search(memory_set, query, limit, filters, mode, rerank, include_superseded))
+
+    def browse(
+        self,
+        memory_set: SetRef,
+        *,
+        sort: BrowseSort = "created",
+        descending: bool = True,
+        cursor: str | None = None,
+        limit: int = 50,
+        contains: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        compacted: bool | None = None,
+        pinned: bool | None = None,
+        min_importance: float | None = None,
+        max_importance: float | None = None,
+        expiring: bool | None = None,
+    ) -> Page:
+        """One page of the set's visible items (superseded facts included, each with its ``fact``), for looking at
+        a set of any size: ``page.items``, ``page.next_cursor`` (pass it as ``cursor`` for the next page; None after
+        the last) and ``page.total`` (how many items match, exact). Reads record no access.
+
+        ``sort``: ``created`` (the creation time; a range's start), ``updated`` (the last write), ``importance``,
+        ``last_access`` or ``expires`` (items without an expiry are left out); ties by the last write, then by id,
+        in the same direction (``descending``: newest, highest first). ``limit``: an int from 1 to 200.
+        A cursor continues the set, sort and direction it came from (others raise ``InvalidRequestError``); pages
+        are stable under writes: an item written meanwhile shows on a later page or not at all, never twice.
+
+        Filters, each narrowing: ``contains`` (every word, case-insensitive, a word of the item's text or of a chat
+        message's content), ``metadata`` (exact matches, as search ``filters``), ``created_after`` (inclusive) and
+        ``created_before`` (exclusive; aware datetimes), ``compacted`` (True: summaries only; False: no summaries),
+        ``pinned``, ``min_importance`` and ``max_importance`` (0 to 1, inclusive), ``expiring`` (True: items with
+        an expiry; False: without). Every bad argument raises ``InvalidRequestError`` naming it.
+        """
+        filters = {
+            "contains": contains,
+            "metadata": metadata,
+            "created_after": created_after,
+            "created_before": created_before,
+            "compacted": compacted,
+            "pinned": pinned,
+            "min_importance": min_importance,
+            "max_importance": max_importance,
+            "expiring": expiring,
+        }
+        return self._client.run(self._ops.browse(memory_set, sort, descending, cursor, limit, filters))
+
+    def explain(
+        self,
+        memory_set: SetRef,
+        query: str,
+        limit: int = 10,
+        *,
+        mode: SearchMode = "hybrid",
+        rerank: bool | None = None,
+        filters: dict[str, Any] | None = None,
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        """The hits ``search`` would return (the same arguments), each with its score taken apart: ``item`` (its
+        ``score`` the final one), ``fused`` (the fused score, before any reranking), and per ranker its raw score
+        and DBSF-scaled part, None where that ranker did not return the hit: ``dense``/``dense_scaled`` (cosine),
+        ``bm25``/``bm25_scaled`` (the item's text), ``context``/``context_scaled`` (its text with the turns before
+        it), and ``rerank`` (the reranker's score, where one ranked the hits). Records no access."""
+        operation = self._ops.explain(memory_set, query, limit, filters, mode, rerank, include_superseded)
+        return self._client.run(operation)
+
+    # -- formation --------------------------------------------------------------
+
+    def remember(
+        self,
+        messages: Sequence[MessageLike],
+        *,
+        set_name: str = "facts",
+        wait: bool = False,
+        timeout: float | None = None,
+    ) -> FormationReport:
+        """Forms memories from a conversation: a model (Claude) extracts self-contained facts and reconciles them
+        with the set's live facts, on the ``memory.formation`` queue, exactly once per operation.
+
+        ``messages``: ``ChatMessage``s or ``{"role", "content"}`` dicts (optionally ``"id"``, the message's own
+        id, and ``"at"``, an aware datetime it was said at; a ``ChatMessage`` carries them in ``extra_args``).
+        Messages without an id get one from their role, content and position, so the same call twice is the
+        same operation: its facts are formed once.
+
+        Returns the operation's receipt at once (``status="pending"``, its ``op_id``); with ``wait=True`` it
+        returns when the facts are visible (``status="done"`` with the decisions), or ``"deferred"`` when the
+        namespace is over its daily token budget (the messages are kept). Without a model on the workers the
+        user's own turns are kept verbatim (``formed_by="verbatim"``). ``timeout``: seconds (``wait=True``).
+        """
+        return self._client.run(self._formation.remember(messages, set_name, wait=wait, timeout=timeout))
+
+    def operation(self, op_id: str) -> FormationReport:
+        """Where a formation operation stands: pending, running, done (with its decisions), deferred or failed."""
+        return self._client.run(self._formation.operation(op_id))
+
+    def history(self, fact_id: str, *, set_name: str = "facts") -> list[MemorySetItem]:
+        """A fact's chain, oldest first: the facts it superseded, itself, and those that superseded it; each with
+        its provenance in ``fact`` (sources, operation, decisions, model, prompt version, times)."""
+        return self._client.run(self._formation.history(fact_id, set_name))
+
+    def forget_sources(self, source_ids: Sequence[str], *, set_name: str = "facts") -> ForgetSourcesReport:
+        """Erases messages from the set's facts: a fact resting on them alone is deleted, the others lose them
+        from their evidence (and the key's kept operations lose their text)."""
+        return self._client.run(self._formation.forget_sources(source_ids, set_name))

@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
-from pydantic import ValidationError
+from pydantic import RootModel
 
 from memory_core.core.cache.tiered import TieredCache
 from memory_core.core.coordination import Coordinator
 from memory_core.core.errors import BrokerUnavailable, CorruptDataError
-from memory_core.core.jsoncodec import stored_json
+from memory_core.core.jsoncodec import stored_model
 from memory_core.core.keys import Keys
 from memory_core.core.models import MemorySetItem, Scope, utcnow
 from memory_core.core.redis_errors import redis_failure, unavailable
@@ -34,30 +34,41 @@ logger = logging.getLogger(__name__)
 
 
 def search_digest(
-    query: str, limit: int, filters: dict[str, Any], mode: str = "hybrid", rerank: bool | None = None
+    query: str,
+    limit: int,
+    filters: dict[str, Any],
+    mode: str = "hybrid",
+    rerank: bool | None = None,
+    include_superseded: bool = False,
 ) -> str:
     """A stable hash of everything that shapes a search result. ``rerank`` as asked: a reranked result is
-    never served to a search that turned reranking off, nor the reverse (left out when None, so the default
-    search keeps its key)."""
+    never served to a search that turned reranking off, nor the reverse; ``include_superseded`` likewise keeps
+    results with superseded facts apart from live-only ones. Each is left out at its default, so the default
+    search keeps its key."""
     fields: dict[str, Any] = {"query": query, "limit": limit, "filters": filters, "mode": mode}
     if rerank is not None:
         fields["rerank"] = rerank
+    if include_superseded:
+        fields["include_superseded"] = True
     text = json.dumps(fields, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+class _Entry(RootModel[list[MemorySetItem]]):
+    """A cache entry: a JSON list of items. pydantic-core writes and reads it in one pass, without the dicts in
+    between (for a search's 10 hits, a third of the time of ``model_dump`` then ``json.dumps``; read back, a fifth
+    of ``json.loads`` then ``model_validate``)."""
+
+
 def _dump(items: Sequence[MemorySetItem]) -> bytes:
-    return json.dumps([i.model_dump(mode="json") for i in items]).encode("utf-8")
+    return _Entry(list(items)).model_dump_json().encode("utf-8")
 
 
 def _load(raw: bytes, key: str) -> list[MemorySetItem] | None:
     # A cache entry that does not decode is a miss: the store still has the truth, and the read goes there.
     try:
-        entries = stored_json(raw, f"cache entry {key!r}")
-        if not isinstance(entries, list):
-            raise CorruptDataError(f"cache entry {key!r} read back from Redis is no list of items")
-        return [MemorySetItem.model_validate(i) for i in entries]
-    except (CorruptDataError, ValidationError) as exc:
+        return stored_model(_Entry, raw, f"cache entry {key!r}").root
+    except CorruptDataError as exc:
         logger.warning("ignored a malformed cache entry %s: %s", key, exc)
         return None
 
@@ -75,8 +86,18 @@ class ReadCache:
 
     def version(self, scope: Scope) -> tuple[int, bool]:
         """The set's current version and whether Redis answered (else the last version this process saw)."""
+        current, online, _ = self._version(scope, None)
+        return current, online
+
+    def _version(self, scope: Scope, peek: str | None) -> tuple[int, bool, bytes | None]:
+        """``version``, and the value at ``peek`` read in the same round trip (None without ``peek`` or Redis)."""
+        value = None
         try:
-            current = self._coordinator.version(scope)  # CorruptDataError when it is no number
+            # CorruptDataError when the version is no number
+            if peek is None:
+                current = self._coordinator.version(scope)
+            else:
+                current, value = self._coordinator.version_and(scope, peek)
         except redis.RedisError as exc:
             if not unavailable(exc):
                 raise redis_failure(exc, "read a set's version", self._url) from exc
@@ -84,19 +105,28 @@ class ReadCache:
                 known = self._versions.get(scope)
             if known is None:
                 raise BrokerUnavailable(f"Redis at {self._url} is unreachable: {exc}") from exc
-            return known, False
+            return known, False, None
         with self._lock:
             self._versions[scope] = current
-        return current, True
+        return current, True, value
 
     def _get(self, key: str, online: bool) -> bytes | None:
         return self.tiered.get(key) if online else self.tiered.get_local(key)
 
     def search(self, scope: Scope, digest: str) -> tuple[list[MemorySetItem] | None, int, bool]:
-        """A cached result (None on a miss, or if an item in it has expired), the version, and Redis' state."""
-        version, online = self.version(scope)
+        """A cached result (None on a miss, or if an item in it has expired), the version, and Redis' state.
+
+        The entry of the version last seen is read with the version, in one round trip; it answers only if that
+        is still the version (else the current version's entry is read, as without a guess)."""
+        with self._lock:
+            known = self._versions.get(scope)
+        guess = None if known is None else self._keys.cached_search(*scope, known, digest)
+        version, online, fetched = self._version(scope, guess)
         cache_key = self._keys.cached_search(*scope, version, digest)
-        raw = self._get(cache_key, online)
+        if online and cache_key == guess:
+            raw = self.tiered.get_fetched(cache_key, fetched)
+        else:
+            raw = self._get(cache_key, online)
         items = None if raw is None else _load(raw, cache_key)
         if items is None:
             return None, version, online

@@ -107,6 +107,15 @@ class Coordinator:
         """The set's version: bumped by every mutation, part of every cache key of the set."""
         return stored_int(self.redis.get(self.keys.set_version(*scope)), f"the version of set {scope!r}")
 
+    def version_and(self, scope: Scope, key: str) -> tuple[int, bytes | None]:
+        """The set's version and the value at ``key`` (a cache entry of the version the caller expects), in one
+        round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.set_version(*scope))
+            pipe.get(key)
+            raw, value = pipe.execute()
+        return stored_int(raw, f"the version of set {scope!r}"), value if isinstance(value, bytes) else None
+
     def bump(self, scope: Scope) -> None:
         """Marks the set changed: every cached item and search result of an older version becomes unreachable.
 

@@ -14,6 +14,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import redis
@@ -82,18 +83,22 @@ def client_token(settings: Settings) -> Callable[[str], str | None]:
     return lambda namespace: token
 
 
-def celery_message(task: str, task_id: str, kwargs: dict[str, Any], summary: str) -> tuple[Any, dict[str, Any]]:
+def celery_message(
+    task: str, task_id: str, kwargs: dict[str, Any], summary: str, *, countdown: float | None = None
+) -> tuple[Any, dict[str, Any]]:
     """The body and headers of a Celery protocol-2 task message.
 
     ``summary`` becomes ``kwargsrepr``: what Flower and logs show. It names the scope
-    and counts, never memory text.
+    and counts, never memory text. ``countdown``: seconds from now before a worker runs it (Celery's ETA,
+    an aware UTC time by this process's clock); None or 0 runs it as soon as a worker takes it.
     """
+    eta = (datetime.now(UTC) + timedelta(seconds=countdown)).isoformat() if countdown and countdown > 0 else None
     headers: dict[str, Any] = {
         "lang": "py",
         "task": task,
         "id": task_id,
         "shadow": None,
-        "eta": None,
+        "eta": eta,
         "expires": None,
         "group": None,
         "group_index": None,
@@ -136,11 +141,12 @@ class Dispatching:
             raise RuntimeError("this memory-core client is closed; create a new one")
 
     def message(
-        self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None
+        self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None, *, countdown: float | None = None
     ) -> tuple[str, str, Any, dict[str, Any]]:
-        """A new task's id, its queue, and the body and headers of its message (with the namespace's token)."""
+        """A new task's id, its queue, and the body and headers of its message (with the namespace's token); a
+        ``countdown`` (seconds) delays it (see ``celery_message``)."""
         task_id = str(uuid.uuid4())
-        body, headers = celery_message(task, task_id, kwargs, summary)
+        body, headers = celery_message(task, task_id, kwargs, summary, countdown=countdown)
         token = self._token_for(namespace) if namespace else None
         if token:
             headers[AUTH_HEADER] = token  # a header, not an argument: never in Flower's args or dead letters
@@ -301,14 +307,26 @@ class Dispatcher(Dispatching):
         """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
         run(self.requiring(task), self._perform)
 
-    def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
-        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
-        return self.send_raw(task, {"request": request.model_dump(mode="json")}, summary, request.namespace)
+    def send(self, task: str, request: NamespaceRequest, summary: str, *, countdown: float | None = None) -> str:
+        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it.
 
-    def send_raw(self, task: str, kwargs: dict[str, Any], summary: str, namespace: str | None = None) -> str:
+        ``countdown``: seconds before a worker runs it (the worker holds the message until then).
+        """
+        kwargs = {"request": request.model_dump(mode="json")}
+        return self.send_raw(task, kwargs, summary, request.namespace, countdown=countdown)
+
+    def send_raw(
+        self,
+        task: str,
+        kwargs: dict[str, Any],
+        summary: str,
+        namespace: str | None = None,
+        *,
+        countdown: float | None = None,
+    ) -> str:
         """Publishes a task with these exact arguments (a dead letter's, on replay); returns its id."""
         self._check_open()
-        task_id, queue, body, headers = self.message(task, kwargs, summary, namespace)
+        task_id, queue, body, headers = self.message(task, kwargs, summary, namespace, countdown=countdown)
         with tracing.producer_span(f"publish {task}"):
             tracing.inject(headers)  # the trace goes on in the worker (nothing is added when no span records)
             self._publish(task, self._queues[queue], body, headers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import uuid
 from collections import OrderedDict
@@ -110,15 +111,19 @@ class AsyncDispatcher(Dispatching):
         """Raises ``NoWorkerAvailable`` unless a live worker consumes ``task``'s queue; nothing is sent."""
         await self.run(self.requiring(task))
 
-    async def send(self, task: str, request: NamespaceRequest, summary: str) -> str:
-        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it."""
+    async def send(self, task: str, request: NamespaceRequest, summary: str, *, countdown: float | None = None) -> str:
+        """Publishes one task; returns its id. Raises ``BrokerUnavailable`` if the broker cannot take it.
+
+        ``countdown``: seconds before a worker runs it (the worker holds the message until then).
+        """
         self._check_open()
         kwargs = {"request": request.model_dump(mode="json")}
         if self._broker_redis is None:
+            blocking = self._blocking_dispatcher()
             return await asyncio.to_thread(
-                self._blocking_dispatcher().send_raw, task, kwargs, summary, request.namespace
+                functools.partial(blocking.send_raw, countdown=countdown), task, kwargs, summary, request.namespace
             )
-        task_id, queue, body, headers = self.message(task, kwargs, summary, request.namespace)
+        task_id, queue, body, headers = self.message(task, kwargs, summary, request.namespace, countdown=countdown)
         with tracing.producer_span(f"publish {task}"):
             tracing.inject(headers)
             envelope = redis_envelope(task_id, queue, body, headers)

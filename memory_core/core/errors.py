@@ -25,7 +25,9 @@ client sees) is a ``MemoryCoreError``::
     │   └── TransientRerankerError (a rerank endpoint busy or down for now: the search fails at once)
     ├── SummarizerError
     │   └── SummarizerUnavailable (its endpoint refuses connections)
-    └── CompactionError
+    ├── CompactionError
+    └── FormationError            (a formation's model failed for good, or answered twice unusably)
+        └── FormationBusy         (the scope, the namespace or the model is busy: the task comes back later)
 
 Catch broad (``MemoryCoreError``), recover narrow. Third-party exceptions
 (redis, kombu, qdrant, onnxruntime, anthropic, httpx) are translated at the adapter
@@ -137,6 +139,27 @@ class SummarizerUnavailable(SummarizerError):
 
 class CompactionError(MemoryCoreError):
     """Raised when a compaction cannot complete."""
+
+
+class FormationError(MemoryCoreError):
+    """Raised when forming memories from messages fails for good: the model refused the request, or answered
+    twice with a reply that is not what was asked (its raw replies are kept with the operation and in the
+    dead letter, beside the messages)."""
+
+    def __init__(self, message: str, *, raw_replies: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.raw_replies = raw_replies or []
+
+
+class FormationBusy(FormationError):
+    """Raised when a formation must wait: another formation of its scope runs, its namespace has its share of
+    formations in flight, or the model is rate-limited or overloaded (429, 529, a timeout). The task is sent
+    again after ``retry_after`` seconds and never dead-lettered for it."""
+
+    def __init__(self, message: str, *, retry_after: float = 2.0) -> None:
+        # A default: a client rebuilds a worker's error from its message alone.
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 CALLER_MISTAKES: tuple[type[MemoryCoreError], ...] = (

@@ -38,6 +38,46 @@ class Keys:
         """Set while a compaction task is queued, so writes past capacity enqueue one task, not one each."""
         return f"{self.prefix}:{namespace}:compaction-pending:{key}:{set_name}"
 
+    def formation_operation(self, namespace: str, key: str, op_id: str) -> str:
+        """JSON of one formation operation: its request, the model's stored reply, decisions and status."""
+        return f"{self.prefix}:{namespace}:formation-op:{key}:{op_id}"
+
+    def formation_lock(self, namespace: str, key: str, set_name: str) -> str:
+        """Held by the one formation of a scope that snapshots, decides and applies (value: its token)."""
+        return f"{self.prefix}:{namespace}:formation-lock:{key}:{set_name}"
+
+    def formation_in_flight(self, namespace: str) -> str:
+        """Sorted set of the namespace's formations running now (op ids, scored by when their claim lapses)."""
+        return f"{self.prefix}:{namespace}:formation-running"
+
+    def formation_deferred(self, namespace: str) -> str:
+        """Sorted set of the namespace's deferred operations (``key:op_id``, scored by when they were deferred)."""
+        return f"{self.prefix}:{namespace}:formation-deferred"
+
+    def formation_deferred_namespaces(self) -> str:
+        """Set of the namespaces holding deferred operations (beat's resume looks at these)."""
+        return f"{self.prefix}:{_OPS}:formation-deferred"
+
+    def formation_erased(self, namespace: str, key: str) -> str:
+        """Set of the key's message ids erased by ``forget_sources``: a formation still queued leaves them out."""
+        return f"{self.prefix}:{namespace}:formation-erased:{key}"
+
+    def formation_tokens(self, namespace: str, day: str) -> str:
+        """Model tokens the namespace's formations spent on one UTC day (``YYYYMMDD``)."""
+        return f"{self.prefix}:{namespace}:formation-tokens:{day}"
+
+    def console_session(self, session_id: str) -> str:
+        """JSON of one console sign-in: who (a namespace or the operator, the token's id), CSRF token, expiry."""
+        return f"{self.prefix}:{_OPS}:console-session:{session_id}"
+
+    def console_failures(self, address: str) -> str:
+        """Failed console sign-ins from one client address (a counter that expires)."""
+        return f"{self.prefix}:{_OPS}:console-failures:{address}"
+
+    def console_audit(self, namespace: str) -> str:
+        """List of the namespace's console corrections, newest first (JSON: who, when, what, before, after)."""
+        return f"{self.prefix}:{namespace}:console-audit"
+
     def usage(self, namespace: str) -> str:
         """Hash of counters: summarizer and embedding tokens per model, compactions, items folded, failures."""
         return f"{self.prefix}:{namespace}:usage"
@@ -161,6 +201,8 @@ class Keys:
             "compaction-dirty",
             "compaction-pending",
             "write-lock",
+            "formation-op",
+            "formation-lock",
             "session",
             "ckpt",
         )
@@ -169,6 +211,7 @@ class Keys:
             self.short_term(namespace, key),
             self.short_term(namespace, key, "sensory"),
             self.profile(namespace, key),
+            self.formation_erased(namespace, key),
         ]
         return below + exact
 

@@ -54,6 +54,7 @@ class WorkerInfo:
     store_bytes: int | None = None  # the embedded store's size on disk, measured every STORE_MEASURE_INTERVAL
     embedder: str = ""  # the fingerprint of the embedder it runs (``describe()``); empty before it loaded it
     reranker: str | None = None  # its MEMORY_RERANK__MODEL (``reranker_of``), "" when off; None: an earlier version
+    former: str | None = None  # who forms its facts: MEMORY_FORMATION__MODEL, or "verbatim" without an API key
 
     def __post_init__(self) -> None:
         if not self.name:  # unique even for two workers of one node name (in one process, or after a restart)
@@ -141,7 +142,9 @@ class Heartbeat:
         while not self._stopped.wait(self._interval):
             try:
                 self.beat()
-            except redis.RedisError as exc:  # Redis is away: the key expires, callers see no worker
+            # Redis is away (the key expires, callers see no worker), or its connection was closed under the
+            # beat by a shutdown racing it (redis-py raises ValueError or OSError then): the next beat tries again.
+            except (redis.RedisError, ValueError, OSError) as exc:
                 logger.warning("heartbeat not written: %s", exc)
 
     def stop(self) -> None:

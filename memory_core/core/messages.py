@@ -7,11 +7,13 @@ version it does not know instead of guessing. Replies are small JSON objects.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
+    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
@@ -26,10 +28,13 @@ from pydantic import (
 
 from memory_core.core.models import (
     ChatMessage,
+    Decision,
+    FactKind,
     ItemId,
     Key,
     MemorySet,
     MemorySetItem,
+    MessageRole,
     Namespace,
     Scope,
     SearchMode,
@@ -41,6 +46,8 @@ from memory_core.core.validation import MAX_TTL_SECONDS
 SCHEMA_VERSION = 1
 
 FilterValue = str | int | list[str | int]
+StrictFilterValue = StrictStr | StrictInt | list[StrictStr | StrictInt]
+"""A filter value as given, never coerced (a JSON ``true`` is not the int 1)."""
 
 
 class _Wire(BaseModel):
@@ -135,14 +142,120 @@ class SearchRequest(SetRequest):
     rerank: StrictBool | None = None
     """Rerank the fused hits (``MEMORY_RERANK__MODEL``): True asks for it (refused where no reranker is set),
     False turns it off for this search, None leaves it to the worker (on when a reranker is set)."""
+    include_superseded: StrictBool = False
+    """Return facts that formation superseded too (``FactInfo.valid_to`` set); by default only live ones."""
 
     @model_serializer(mode="wrap")
-    def _unset_rerank_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Sent only when asked: a default search stays a message that workers without the field accept.
+    def _defaults_left_out(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Sent only when asked: a default search stays a message that workers without the fields accept.
         dumped: dict[str, Any] = handler(self)
         if self.rerank is None:
             dumped.pop("rerank", None)
+        if not self.include_superseded:
+            dumped.pop("include_superseded", None)
         return dumped
+
+
+BrowseSort = Literal["created", "updated", "importance", "last_access", "expires"]
+"""What a browse orders by: the creation time (the start of a range), the last write (``seq``), importance, the
+last access, or the expiry (items without one are left out)."""
+MAX_BROWSE_LIMIT = 200
+"""Items one browse page holds at most."""
+MAX_CURSOR_CHARS = 2048
+"""A cursor's length at most: one holds an item id (up to 128 characters, each up to 6 once escaped in JSON)."""
+MAX_CONTAINS_CHARS = 500
+_WORD = re.compile(r"[^\W_]+")
+
+
+def contained_words(text: str) -> list[str]:
+    """The words a browse's ``contains`` asks for: runs of letters and digits, lower-cased, split as the stores'
+    word index splits item text."""
+    return [word.lower() for word in _WORD.findall(text)]
+
+
+class BrowseQuery(_Wire):
+    """Which visible items a browse lists, and in which order; every field given narrows the list.
+
+    Ties of the sort key are ordered by the last write (``seq``), then by item id, in the same direction, so a
+    listing is one total order and a cursor a place in it. ``contains``: every word must be a word of the item's
+    text (case-insensitive; a chat message's content). ``metadata``: exact matches, as search filters.
+    ``created_after`` (inclusive) and ``created_before`` (exclusive) bound the creation time (a range's start).
+    ``compacted``: summaries only (True) or none (False). ``expiring``: items with an expiry (True) or without.
+    """
+
+    sort: BrowseSort = "created"
+    descending: StrictBool = True
+    contains: str | None = Field(default=None, max_length=MAX_CONTAINS_CHARS)
+    metadata: dict[str, StrictFilterValue] = Field(default_factory=dict)
+    created_after: AwareDatetime | None = None
+    created_before: AwareDatetime | None = None
+    compacted: StrictBool | None = None
+    pinned: StrictBool | None = None
+    min_importance: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
+    max_importance: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
+    expiring: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BrowseQuery:
+        if self.contains is not None and not contained_words(self.contains):
+            raise ValueError(f"contains {self.contains!r:.80} has no word to look for (letters or digits)")
+        after, before = self.created_after, self.created_before
+        if after is not None and before is not None and after >= before:
+            raise ValueError(f"created_after {after.isoformat()} is not before created_before {before.isoformat()}")
+        low, high = self.min_importance, self.max_importance
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_importance {low} is above max_importance {high}")
+        return self
+
+
+class BrowseRequest(SetRequest):
+    """memory.browse: one page of the set's visible items, from ``cursor`` (a page's ``next_cursor``) on."""
+
+    query: BrowseQuery = Field(default_factory=BrowseQuery)
+    cursor: str | None = Field(default=None, min_length=1, max_length=MAX_CURSOR_CHARS)
+    limit: StrictInt = Field(default=50, ge=1, le=MAX_BROWSE_LIMIT)
+
+
+class Page(_Wire):
+    """A page of a browse: its items in order, the cursor of the next page (None after the last one), and how many
+    visible items match the query in all (exact; None when the query filters on metadata, which has no index to
+    count with)."""
+
+    items: list[MemorySetItem]
+    next_cursor: str | None = None
+    total: int | None = None
+
+
+class ExplainRequest(SearchRequest):
+    """memory.explain: a search's hits, each with every ranker's part in its score; reads record no access."""
+
+
+class Explained(_Wire):
+    """One hit of an explained search, best first.
+
+    ``item.score`` is the final score: the reranker's when one ranked the hits, else ``fused`` (or, in ``dense``
+    mode, the cosine). ``fused`` is the score the search reports before reranking: the sum of the rankers' scaled
+    parts over the number of rankers fused (3 in ``hybrid``, 2 in ``lexical``; None in ``dense`` mode), capped at 1.
+    Each ranker has its raw score and its DBSF-scaled part, None when it did not return the item: ``dense`` is
+    the cosine (known for every hybrid hit); ``bm25`` is BM25 of the item's text and ``context`` BM25 of its
+    text with the turns before it (in ``hybrid`` mode each lexical ranker scales BM25 + ``TIE_BREAK`` x cosine).
+    """
+
+    item: MemorySetItem
+    fused: float | None = None
+    dense: float | None = None
+    dense_scaled: float | None = None
+    bm25: float | None = None
+    bm25_scaled: float | None = None
+    context: float | None = None
+    context_scaled: float | None = None
+    rerank: float | None = None
+
+
+class ExplainReply(_Wire):
+    """The hits of an explained search, best first."""
+
+    hits: list[Explained]
 
 
 class CreateSetRequest(Request):
@@ -463,13 +576,149 @@ class ReindexStatus(_Wire):
     owed: int = 0
     """Writes the new collection is owed (made while the reindex runs, caught up in the background)."""
     target_error: str = ""
-    """Why the new model's endpoint failed the last batches ("" while it answers): the reindex retries, with
-    backoff, and the live store is not affected."""
+    """Why the new model's endpoint failed the last batches ("" while it answers, and once any batch it
+    answered followed the failure): the reindex retries, with backoff, and the live store is not affected."""
     target_error_since: float | None = None
     last_success_at: float | None = None
-    """When a batch last embedded for the new collection."""
+    """When the new model's endpoint last embedded a batch for the new collection (a batch with nothing to
+    embed does not count)."""
     restart: list[str] = Field(default_factory=list)
     """The settings the workers restart with to switch (``MEMORY_EMBEDDER__*=...``, every one the target needs)."""
+
+
+OperationId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+OperationStatus = Literal["pending", "running", "done", "deferred", "failed"]
+
+
+class FormMessage(_Wire):
+    """One message to form memories from. ``id`` is the caller's, or derived from role, content and position."""
+
+    id: ItemId
+    role: MessageRole
+    content: str = Field(min_length=1)
+    at: datetime | None = None
+    """When it was said, if the caller knows: relative dates in it ("yesterday") are resolved against it."""
+
+
+class RememberRequest(SetRequest):
+    """memory.form: form facts from ``messages`` into the set, exactly once per ``op_id``.
+
+    ``op_id`` hashes the scope, the message ids, ``prompt_version`` and ``model`` (``client.formation``); the
+    worker keeps the model's reply under it before it writes anything, and a redelivery replays that reply.
+    """
+
+    op_id: OperationId
+    messages: list[FormMessage] = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=200)
+    prompt_version: str = Field(pattern=r"^[a-z0-9-]{1,40}$")
+    seq: int = Field(ge=0)
+    """From the client's clock when it accepted the call: orders the facts against the set's other writes."""
+    received_at: datetime
+    """When the call was made: relative dates in messages without a time are resolved against it."""
+    replaces: list[ItemId] = Field(default_factory=list, max_length=1000)
+    """Facts kept verbatim that this operation forms again (``memory-core formation replay``): they are retired
+    (superseded) once its decisions are applied."""
+
+
+class OperationRequest(Request):
+    """memory.operation: where a formation operation of this key stands."""
+
+    op_id: OperationId
+
+
+class PlannedFact(_Wire):
+    """One decision of a formation: what it writes (``add``, ``update``, ``contradict``) or confirms (``same``).
+
+    ``fact_id`` is the new fact's id (derived from the operation), or for ``same`` the fact it confirms.
+    ``target`` is the fact an ``update`` or ``contradict`` supersedes. ``note`` says why a decision was changed
+    on the way (an alias the model invented, a target gone meanwhile).
+    """
+
+    decision: Decision
+    fact_id: str
+    text: str
+    kind: FactKind = "fact"
+    entities: list[str] = Field(default_factory=list)
+    occurred_at: datetime | None = None
+    confidence: float | None = None
+    sources: list[str] = Field(default_factory=list)
+    target: str | None = None
+    note: str | None = None
+
+
+class FormationReport(_Wire):
+    """A formation operation as its caller sees it (``remember``'s receipt, ``operation``'s answer)."""
+
+    op_id: str
+    namespace: str
+    key: str
+    set_name: str
+    status: OperationStatus
+    formed_by: str | None = None
+    """The model that formed the facts, or ``"verbatim"`` when no model was available (the user's own turns
+    were kept as said); None until it ran."""
+    decisions: list[PlannedFact] = Field(default_factory=list)
+    model_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str | None = None
+    notes: list[str] = Field(default_factory=list)
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def facts(self) -> list[str]:
+        """The ids of the facts this operation wrote or confirmed."""
+        return [decision.fact_id for decision in self.decisions]
+
+
+class FormationRecord(_Wire):
+    """What Redis keeps of one operation (``Keys.formation_operation``): the report, the request while it is not
+    done, and the model's reply once it came (stored before any write, so a redelivery never calls again)."""
+
+    report: FormationReport
+    request: RememberRequest | None = None
+    reply: dict[str, Any] | None = None
+    """The model's tool input as it was validated (or the verbatim decisions' source), for the record."""
+    raw_replies: list[str] = Field(default_factory=list)
+    """Replies that failed validation, kept for whoever inspects the failure."""
+
+
+class HistoryRequest(SetRequest):
+    """memory.fact_history: the supersession chain of one fact, oldest first."""
+
+    fact_id: ItemId
+
+
+class ForgetSourcesRequest(SetRequest):
+    """memory.forget_sources: facts resting only on these messages go; the others lose them from their evidence."""
+
+    source_ids: list[ItemId] = Field(min_length=1, max_length=1000)
+    seq: int = Field(ge=0)
+
+
+class ForgetSourcesReport(_Wire):
+    """What erasing source messages did to the set's facts."""
+
+    removed: int
+    updated: int
+
+
+class FormationResumeRequest(NamespaceRequest):
+    """memory.formation_resume: send a namespace's deferred operations again (those still over their budget
+    defer again)."""
+
+
+class FormationReplayRequest(SetRequest):
+    """memory.formation_replay: form again, with the model, the facts kept verbatim in one set."""
+
+
+class FormationAdminReport(_Wire):
+    """How many operations a resume or replay sent."""
+
+    sent: int
+    left: int = 0
+    notes: list[str] = Field(default_factory=list)
 
 
 class ErrorInfo(_Wire):

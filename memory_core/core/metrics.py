@@ -62,6 +62,11 @@ QUOTA_REFUSALS = Counter(
 QUOTA_RECOUNT_SECONDS = Histogram(
     "memory_core_quota_recount_seconds", "Time to measure one namespace's usage for its quotas.", buckets=_LATENCY
 )
+FORMATIONS = Counter("memory_core_formations", "Formation operations by outcome.", ["outcome"])
+# Per namespace in the usage ledger (``memory-core usage``), not here: namespaces are unbounded label values.
+FORMATION_TOKENS = Counter(
+    "memory_core_formation_tokens", "Formation model tokens by model and direction.", ["model", "direction"]
+)
 MODEL_TOKENS = Counter("memory_core_model_tokens", "Summarizer tokens by model and direction.", ["model", "direction"])
 REINDEX_POINTS = Counter(
     "memory_core_reindex_points",

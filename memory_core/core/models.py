@@ -279,10 +279,14 @@ class MemorySet(PublicModel):
         *,
         mode: SearchMode = "hybrid",
         rerank: bool | None = None,
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
         """Searches this set; see ``LongTermMemory.search`` (``mode``: hybrid, dense or lexical; ``rerank``: the
-        workers' reranker on or off for this search, None leaving it to them)."""
-        return self._bound().search(self, query, limit=limit, filters=filters, mode=mode, rerank=rerank)
+        workers' reranker on or off for this search, None leaving it to them; ``include_superseded``: facts
+        superseded by formation too)."""
+        return self._bound().search(
+            self, query, limit=limit, filters=filters, mode=mode, rerank=rerank, include_superseded=include_superseded
+        )
 
     def delete(self, ids: Sequence[str] | None = None) -> int:
         """Deletes items of this set; see ``LongTermMemory.delete``."""
@@ -295,6 +299,67 @@ class MemorySet(PublicModel):
     def compact(self, *, timeout: float | None = None) -> Any:
         """Compacts this set now and returns the ``CompactionReport``; see ``LongTermMemory.compact``."""
         return self._bound().compact(self, timeout=timeout)
+
+
+FactKind = Literal["fact", "preference", "event", "plan", "relationship"]
+"""What a formed fact is about: a plain fact, a preference, an event, a plan or a relationship."""
+Decision = Literal["add", "same", "update", "contradict"]
+"""What formation decided for one proposed fact against the scope's live facts: a new fact, one it already
+holds (its evidence grows), or a change or contradiction of one (which it supersedes)."""
+EventKind = Decision | Literal["superseded", "source_removed", "verbatim"]
+"""What one step of a fact's provenance did: a decision of formation, a supersession, an erased source."""
+VERBATIM = "verbatim"
+"""``FactInfo.formed_by`` of a user's turn kept as it was said, by a worker with no model to form facts."""
+FORMATION_PROMPT_VERSION = "facts-v1"
+"""The formation prompt this release writes with (``engine/formation/prompts/<version>.txt``). It is part of
+every operation id, so a new prompt forms the same messages anew instead of replaying an older reply."""
+
+
+class FactEvent(BaseModel):
+    """One step of a fact's provenance: the operation that formed, confirmed or superseded it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op_id: str = Field(min_length=1, max_length=128)
+    decision: EventKind
+    sources: list[str] = Field(default_factory=list)
+    """The ids of the messages this step rests on."""
+    model: str = ""
+    prompt_version: str = ""
+    at: datetime
+
+
+class FactInfo(BaseModel):
+    """What formation knows of a fact: its kind, evidence, validity and provenance.
+
+    A fact is live while ``valid_to`` is None. A superseded fact keeps its text; ``superseded_by`` names the
+    fact that replaced it, and that fact's ``supersedes`` names it back, so ``history`` walks the chain.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: FactKind = "fact"
+    entities: list[str] = Field(default_factory=list, max_length=32)
+    occurred_at: datetime | None = None
+    """When what the fact tells happened, where the messages say (resolved against their timestamps)."""
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    sources: list[str] = Field(default_factory=list)
+    """The ids of every message the fact rests on (its evidence; ``same`` decisions add to it)."""
+    formed_by: str = Field(min_length=1, max_length=200)
+    """The model that formed it, or ``"verbatim"`` for a user's turn kept as said (no model was available)."""
+    prompt_version: str = ""
+    op_id: str = Field(min_length=1, max_length=128)
+    """The operation that formed it."""
+    valid_from: datetime
+    valid_to: datetime | None = None
+    superseded_by: str | None = None
+    supersedes: str | None = None
+    events: list[FactEvent] = Field(default_factory=list)
+
+    @property
+    def live(self) -> bool:
+        """Whether the fact holds now (nothing superseded it)."""
+        return self.valid_to is None
 
 
 class MemorySetItem(BaseModel):
@@ -323,6 +388,8 @@ class MemorySetItem(BaseModel):
     expires_at: datetime | None = None
     seq: int | None = None
     score: float | None = None
+    fact: FactInfo | None = None
+    """Set on facts that formation wrote (``LongTermMemory.remember``): provenance, validity, supersession."""
 
     def is_expired(self, now: datetime) -> bool:
         """Expired items are invisible to every read; pinned ones never expire by policy."""
@@ -359,6 +426,12 @@ class Usage(BaseModel):
     items_folded: int = 0
     summaries_written: int = 0
     failures: int = 0
+    formations: int = 0
+    """Formation operations that called a model (replays and verbatim ones are not counted)."""
+    facts_formed: int = 0
+    """Facts formation wrote (added, updated or contradicting; confirmations are not new facts)."""
+    formation_tokens: int = 0
+    """Model tokens (input and output) formation spent, also counted per model in ``tokens``."""
 
     @classmethod
     def from_counters(cls, namespace: str, counters: dict[str, int]) -> Usage:
@@ -385,6 +458,9 @@ class Usage(BaseModel):
             items_folded=plain.get("items_folded", 0),
             summaries_written=plain.get("summaries_written", 0),
             failures=plain.get("failures", 0),
+            formations=plain.get("formations", 0),
+            facts_formed=plain.get("facts_formed", 0),
+            formation_tokens=plain.get("formation_tokens", 0),
         )
 
 

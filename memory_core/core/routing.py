@@ -19,7 +19,8 @@ WRITE_QUEUE = "memory.write"
 READ_QUEUE = "memory.read"
 MAINTENANCE_QUEUE = "memory.maintenance"
 COMPACTION_QUEUE = "memory.compaction"
-QUEUES = (WRITE_QUEUE, READ_QUEUE, MAINTENANCE_QUEUE, COMPACTION_QUEUE)
+FORMATION_QUEUE = "memory.formation"
+QUEUES = (WRITE_QUEUE, READ_QUEUE, MAINTENANCE_QUEUE, COMPACTION_QUEUE, FORMATION_QUEUE)
 
 AMQP_SCHEMES = frozenset({"amqp", "amqps", "pyamqp"})
 TASK_EXCHANGE = "memory.tasks"
@@ -34,6 +35,8 @@ DELETE_SET = "memory.delete_set"
 FORGET = "memory.forget"
 GET = "memory.get"
 SEARCH = "memory.search"
+BROWSE = "memory.browse"
+EXPLAIN = "memory.explain"
 SIZE = "memory.size"
 GET_SET = "memory.get_set"
 COMPACT = "memory.compact"
@@ -51,6 +54,13 @@ IMPORT = "memory.import"
 BACKUP = "memory.backup"
 REINDEX = "memory.reindex"
 REINDEX_BATCH = "memory.reindex_batch"
+FORM = "memory.form"
+OPERATION = "memory.operation"
+FACT_HISTORY = "memory.fact_history"
+FORGET_SOURCES = "memory.forget_sources"
+FORMATION_RESUME = "memory.formation_resume"
+FORMATION_RESUME_DUE = "memory.formation_resume_due"
+FORMATION_REPLAY = "memory.formation_replay"
 
 OPS_NAMESPACE = "!ops"
 """Where replies to operator tasks that name no namespace (backup) go; no tenant can be named this."""
@@ -64,6 +74,8 @@ ROUTES: dict[str, str] = {
     FORGET: WRITE_QUEUE,
     GET: READ_QUEUE,
     SEARCH: READ_QUEUE,
+    BROWSE: READ_QUEUE,
+    EXPLAIN: READ_QUEUE,
     SIZE: READ_QUEUE,
     GET_SET: READ_QUEUE,
     RECALL: READ_QUEUE,
@@ -80,12 +92,20 @@ ROUTES: dict[str, str] = {
     FLUSH_ACCESS: MAINTENANCE_QUEUE,
     EVICT: MAINTENANCE_QUEUE,
     OPTIMIZE: MAINTENANCE_QUEUE,
+    # Model calls of their own queue: a slow model never delays adds and searches.
+    FORM: FORMATION_QUEUE,
+    OPERATION: READ_QUEUE,
+    FACT_HISTORY: READ_QUEUE,
+    FORGET_SOURCES: WRITE_QUEUE,
+    FORMATION_RESUME: MAINTENANCE_QUEUE,
+    FORMATION_RESUME_DUE: MAINTENANCE_QUEUE,
+    FORMATION_REPLAY: MAINTENANCE_QUEUE,
     # Both may call a model: they share the compaction queue's own concurrency.
     SESSION_FOLD: COMPACTION_QUEUE,
     SESSION_ENTITIES: COMPACTION_QUEUE,
 }
 
-DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE})
+DEAD_LETTER_QUEUES = frozenset({WRITE_QUEUE, COMPACTION_QUEUE, MAINTENANCE_QUEUE, FORMATION_QUEUE})
 """A task from these queues that fails for good is dead-lettered with its payload: it carried data or work."""
 
 

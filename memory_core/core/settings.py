@@ -456,6 +456,44 @@ class CompactionSettings(_Group):
     """The most sets one compaction sweep, and one eviction run, look at."""
 
 
+class FormationSettings(_Group):
+    """Memory formation (``remember``): Claude turns messages into facts on the ``memory.formation`` queue.
+
+    It uses the ``MEMORY_ANTHROPIC__*`` endpoint and key; without a key the user's own turns are kept verbatim.
+    """
+
+    model: str = Field(default="claude-haiku-4-5", min_length=1, max_length=200)
+    """The Claude model that forms facts (part of every operation id: another model forms the same messages
+    anew)."""
+    daily_tokens: int | None = Field(default=None, ge=1)
+    """Model tokens (input + output) one namespace may spend on formation per UTC day; past it, operations are
+    ``deferred`` with their messages kept, and resume the next day or on ``memory-core formation resume``.
+    Unset: no budget."""
+    max_in_flight: int = Field(default=8, ge=1)
+    """Formations of one namespace that may run at once across all workers; more wait on the queue, so one
+    tenant cannot hold every formation slot."""
+    concurrency: int = Field(default=16, ge=1)
+    """Formations one worker process runs at once; more wait on the queue, so model calls never take the
+    threads that adds and searches need."""
+    candidates: int = Field(default=20, ge=0, le=100)
+    """Live facts of the scope, the most similar to the messages, that the model reconciles new facts with."""
+    max_messages: int = Field(default=100, ge=1, le=1000)
+    """The most messages one ``remember`` call may carry."""
+    max_output_tokens: int = Field(default=4_096, ge=256)
+    """The most tokens Claude may write in one formation reply."""
+    lock_ttl: int = Field(default=300, ge=5)
+    """Seconds a scope's formation lock lives (renewed while it works): a killed worker delays that scope's
+    next formation this long at most."""
+    busy_retry: float = Field(default=2.0, gt=0, le=60)
+    """Seconds before a formation that found its scope, namespace or worker busy is tried again."""
+    operation_ttl: int = Field(default=7 * 24 * 3600, ge=60)
+    """Seconds a finished operation (its stored reply and decisions) is kept: a redelivery or repeated call
+    within it replays the decisions without calling the model. Pending, deferred and failed operations are
+    kept until they finish or are erased."""
+    resume_interval: float = Field(default=300.0, gt=0)
+    """Seconds between beat's checks for deferred operations whose namespace has budget again."""
+
+
 class CacheSettings(_Group):
     """The client's L1 (per process) over L2 (Redis), and the workers' embedding cache."""
 
@@ -695,6 +733,40 @@ class McpSettings(_Group):
     """The port of ``memory-core mcp --http``; the endpoint is ``/mcp``."""
 
 
+class ConsoleSettings(_Group):
+    """The memory console at ``/ui`` of ``memory-core serve``: who signs in, who may correct, how long a session
+    lasts."""
+
+    enabled: bool = True
+    """Serve the console at ``/ui`` beside the HTTP API."""
+    operator_tokens: Secret = None
+    """A JSON list of tokens that sign in as the operator: every namespace (read through each namespace's own
+    token of ``MEMORY_AUTH__TOKENS``), the workers, queues and dead letters. Unset: no operator sign-in."""
+    corrections: Literal["off", "operators", "all"] = "off"
+    """Who may correct memories in the console (edit, pin, importance, TTL, delete, dead letters): nobody,
+    operators only, or every signed-in token in its namespace. ``memory-core serve --dev`` allows them."""
+    session_ttl: int = Field(default=8 * 3600, ge=60, le=30 * 24 * 3600)
+    """Seconds a console sign-in lasts; signing out ends it sooner."""
+    secret_key: Secret = None
+    """The key that signs session cookies. Unset: derived from ``MEMORY_AUTH__TOKENS`` (the same on every
+    replica; changing the tokens signs everyone out), or made at start-up with ``--dev``."""
+    sign_in_failures: int = Field(default=5, ge=1)
+    """Failed sign-ins from one address within ten minutes before each further attempt must wait (doubling
+    from one second)."""
+
+    @field_validator("operator_tokens")
+    @classmethod
+    def _token_list(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            try:
+                raw = json.loads(value.get_secret_value())
+            except ValueError:
+                raw = None
+            if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+                raise ValueError('expected a JSON list of tokens, like ["op-token"] (not shown)')
+        return value
+
+
 class CheckpointSettings(_Group):
     """Agent checkpoints, kept in Redis per thread and checkpoint namespace: how long and how many."""
 
@@ -900,6 +972,7 @@ class Settings(BaseSettings):
     limits: LimitsSettings = LimitsSettings()
     quotas: QuotaSettings = QuotaSettings()
     compaction: CompactionSettings = CompactionSettings()
+    formation: FormationSettings = FormationSettings()
     cache: CacheSettings = CacheSettings()
     maintenance: MaintenanceSettings = MaintenanceSettings()
     reindex: ReindexSettings = ReindexSettings()
@@ -915,6 +988,7 @@ class Settings(BaseSettings):
     batching: BatchingSettings = BatchingSettings()
     profile: ProfileSettings = ProfileSettings()
     mcp: McpSettings = McpSettings()
+    console: ConsoleSettings = ConsoleSettings()
     metrics: MetricsSettings = MetricsSettings()
     tracing: TracingSettings = TracingSettings()
     stack: StackSettings = Field(default_factory=StackSettings)

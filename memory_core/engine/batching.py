@@ -12,11 +12,18 @@ upsert, one version bump and capacity check), with the same result as writing th
 after another. A task therefore returns, and its message is
 acknowledged, only after its own items are in the store: batching changes how writes are
 embedded, never what is acknowledged.
+
+A batch thread takes at most its fair share of what is queued (the queued items over the batch threads not
+busy, itself included), so requests arriving together are spread over the idle threads, each embedding on a
+core of its own, instead of one thread taking them all while the others wait. Batching must never cost
+parallelism: on chat turns a local model embeds no faster per text in one call than alone (measured in
+docs/benchmarks.md), and callers that wait for their adds have only as many in flight as there are callers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
@@ -52,7 +59,8 @@ class AddBatcher:
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
-        self._busy = 0  # batch threads embedding or writing right now
+        self._busy = 0  # batch threads collecting, embedding or writing right now
+        self._queued = 0  # items of the requests in the queue
         self.batches = 0
         self.items = 0
 
@@ -60,6 +68,8 @@ class AddBatcher:
         """Like ``MemoryService.add``: returns once this request's items are durable, or raises its error."""
         pending = _Pending(self.service.prepare_add(raw))
         self._start()
+        with self._lock:
+            self._queued += len(pending.prepared.items)
         self._queue.put(pending)
         pending.done.wait()
         if pending.error is not None:
@@ -91,15 +101,20 @@ class AddBatcher:
             if first is None:
                 return
             batch, count = [first], len(first.prepared.items)
+            with self._lock:
+                self._queued -= count
+                idle = max(1, len(self._threads) - self._busy)  # this thread among them
+                self._busy += 1
+                limit = min(self.max_items, math.ceil((count + self._queued) / idle))
             deadline = time.monotonic() + self.max_wait
-            while count < self.max_items:
+            while count < limit:
                 try:
-                    following = self._queue.get_nowait()  # what is queued already joins at once
+                    following = self._queue.get_nowait()  # what is queued already joins, up to the fair share
                 except queue.Empty:
-                    # Wait for more only while another batch thread keeps the CPU busy: then waiting costs
-                    # nothing and a bigger batch embeds faster per item. An idle worker starts at once.
+                    # Wait for more only while another batch thread keeps the CPU busy: then waiting costs no
+                    # parallelism, and short texts embed a little faster together. An idle worker starts at once.
                     remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._busy == 0:
+                    if remaining <= 0 or self._busy <= 1:
                         break
                     try:
                         following = self._queue.get(timeout=remaining)
@@ -110,8 +125,8 @@ class AddBatcher:
                     break
                 batch.append(following)
                 count += len(following.prepared.items)
-            with self._lock:
-                self._busy += 1
+                with self._lock:
+                    self._queued -= len(following.prepared.items)
             try:
                 # The batch's spans join the first task's trace (the others' traces end at their task span).
                 with tracing.span_in(batch[0].trace, "add.batch", requests=len(batch), items=count):

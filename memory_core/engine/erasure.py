@@ -1,7 +1,8 @@
 """Erasure: everything memory-core holds for a namespace, or for one key in it, in every store.
 
 The vector store loses the items and set definitions; Redis loses cached items, search
-results, definitions, replies, access logs, locks and dead letters (and, for a whole
+results, definitions, replies, access logs, locks, dead letters, formation operations and the
+console audit entries of the key (and, for a whole
 namespace, usage counters and cached embeddings). Set version counters are bumped, never
 deleted: a counter that restarted at 0 would make entries cached under old versions
 reachable again in other processes' L1.
@@ -63,6 +64,7 @@ class Eraser:
         ]
         if key is not None:
             self._erase_access_fields(namespace, key)
+            self._erase_audit_entries(namespace, key)
         for start in range(0, len(doomed), 500):
             self.redis.delete(*doomed[start : start + 500])
         return len(doomed)
@@ -72,6 +74,17 @@ class Eraser:
         fields = [f for f, _ in self.redis.hscan_iter(log, match=f"{key}\x1f*")]
         if fields:
             self.redis.hdel(log, *fields)
+
+    def _erase_audit_entries(self, namespace: str, key: str) -> None:
+        """The key's entries of the namespace's console audit log: their before and after hold memory text."""
+        log = self.keys.console_audit(namespace)
+        for entry in self.redis.lrange(log, 0, -1):
+            try:
+                target = json.loads(entry).get("target", {})
+            except ValueError:
+                continue  # not ours to read: left for the namespace's own erasure
+            if isinstance(target, dict) and target.get("key") == key:
+                self.redis.lrem(log, 1, decoded(entry))
 
     def _erase_dead_letters(self, namespace: str, key: str | None) -> int:
         letters_key = self.keys.dead_letters(namespace)

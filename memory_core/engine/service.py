@@ -429,11 +429,31 @@ class MemoryService:
 
     def search(self, raw: dict[str, Any]) -> ItemsReply:
         """The items nearest to the query (best first) whose metadata match every filter. Hits count as access.
+        Facts superseded by formation are left out unless the request has ``include_superseded``.
 
         Reranked (when a reranker is set and the request does not turn it off): the best ``rerank_candidates``
         hits (at least ``limit``) are scored against the query in one reranker call, and the best ``limit`` of
         them returned, each with the reranker's score."""
         request = parse(SearchRequest, raw, "search request")
+        reranker, depth = self.search_plan(request)
+        (vector,) = self.embed_queries(request.namespace, [request.query])
+        items = self.store.search(
+            request.scope,
+            vector,
+            depth,
+            request.filters,
+            text=request.query,
+            mode=request.mode,
+            include_superseded=request.include_superseded,
+        )
+        if reranker is not None:
+            items = self._reranked(reranker, request.query, items, request.limit)
+        self.record_access(request.scope, items)
+        return ItemsReply(items=items)
+
+    def search_plan(self, request: SearchRequest) -> tuple[Reranker | None, int]:
+        """Checks a search request against the limits, the reranker and the set (which must exist); returns the
+        reranker to use (None: none) and how many hits to ask the store for."""
         check_text(request.query, "query", self.limits.max_query_chars)
         check_filters(request.filters)
         if request.limit > self.limits.max_search_limit:
@@ -444,14 +464,8 @@ class MemoryService:
                 "MEMORY_RERANK__MODEL on them, or search with rerank=False or None"
             )
         self._definition(request.scope)
-        (vector,) = self.embed_queries(request.namespace, [request.query])
         reranker = self.reranker if request.rerank is not False else None
-        depth = request.limit if reranker is None else max(request.limit, self.rerank_candidates)
-        items = self.store.search(request.scope, vector, depth, request.filters, text=request.query, mode=request.mode)
-        if reranker is not None:
-            items = self._reranked(reranker, request.query, items, request.limit)
-        self.record_access(request.scope, items)
-        return ItemsReply(items=items)
+        return reranker, request.limit if reranker is None else max(request.limit, self.rerank_candidates)
 
     def _reranked(self, reranker: Reranker, query: str, items: list[MemorySetItem], limit: int) -> list[MemorySetItem]:
         """The best ``limit`` of ``items`` by the reranker's score (which replaces the fused one)."""

@@ -7,19 +7,27 @@ Items live in the session's Redis history (TTL and length from ``MEMORY_SESSION_
 ``promote="messages"`` (the default), are copied into the key's long-term chat set, where search and
 recall find them. Each item is kept exactly as the SDK gave it; its text (a message's content, a tool
 call's name and arguments, a tool's output) is what is indexed.
+
+With ``form_into="facts"``, each ``add_items`` also hands the user's and the assistant's messages (their text;
+tool calls and outputs are left out) to memory formation (``remember``, in the background), which forms facts
+from them into that long-term set of the same key. Each message's id is its session message id, so
+``forget_sources`` erases what a session message taught.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agents.memory import SessionSettings
 
 from memory_core.client.aio import AsyncMemoryClient
+from memory_core.client.checks import SET_NAME, checked
 from memory_core.core.errors import InvalidRequestError
 from memory_core.core.jsoncodec import stored_json
 from memory_core.core.models import ChatMessage, MessageRole
+from memory_core.tiers.session.history import SessionMessage
 from memory_core.tiers.session.session import Promotion
 
 if TYPE_CHECKING:
@@ -28,6 +36,8 @@ if TYPE_CHECKING:
 _ROLES = {"user": MessageRole.USER, "assistant": MessageRole.ASSISTANT, "system": MessageRole.SYSTEM}
 _ROLES["developer"] = MessageRole.SYSTEM
 _KEY = "openai_agents_item"
+_SAID = frozenset({MessageRole.USER, MessageRole.ASSISTANT})
+"""The roles whose messages are formed into facts: what the user and the assistant said."""
 
 
 def to_chat_message(item: Any) -> ChatMessage:
@@ -62,9 +72,26 @@ def from_chat_message(message: ChatMessage) -> Any:
     return {"role": "user" if role == "tool" else role, "content": message.content}
 
 
+def _said(items: Sequence[Any], entries: Sequence[SessionMessage]) -> list[dict[str, Any]]:
+    """What the user and the assistant said among ``items`` (as the session stored them, in ``entries``), as
+    formation takes it: message items with text, each with its session message id and time."""
+    said = []
+    for item, entry in zip(items, entries, strict=True):
+        message = entry.message
+        if message.role in _SAID and item.get("type", "message") == "message" and message.content.strip():
+            said.append(
+                {"role": message.role.value, "content": message.content, "id": entry.id, "at": entry.created_at}
+            )
+    return said
+
+
 class MemoryCoreSession:
     """An OpenAI Agents SDK ``Session`` (``get_items``, ``add_items``, ``pop_item``, ``clear_session``) over the
-    memory-core session ``session_id`` of ``namespace``. ``key`` (the user or agent) defaults to ``session_id``."""
+    memory-core session ``session_id`` of ``namespace``. ``key`` (the user or agent) defaults to ``session_id``.
+
+    ``form_into``: a long-term set of the key that facts are formed into from the user's and the assistant's
+    messages as they are added (``remember``, in the background); None (the default) forms nothing.
+    """
 
     def __init__(
         self,
@@ -75,10 +102,15 @@ class MemoryCoreSession:
         key: str | None = None,
         promote: Promotion = "messages",
         session_settings: SessionSettings | None = None,
+        form_into: str | None = None,
     ) -> None:
         self.session_id = session_id
         self.session_settings: SessionSettings | None = session_settings or SessionSettings()
+        # Checked now: past the history's write, a bad name would fail every turn after storing it.
+        self.form_into = None if form_into is None else checked(SET_NAME, form_into, "form_into set name")
         self._session = aclient.session(namespace, session_id, key=key, promote=promote)
+        self._long_term = aclient.long_term(self._session.namespace, self._session.key)
+        self._max_messages = aclient.settings.formation.max_messages
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items in order; with ``limit`` (or the settings' limit), the newest that many."""
@@ -88,8 +120,15 @@ class MemoryCoreSession:
         return [from_chat_message(entry.message) for entry in entries]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        """Appends the items in one round trip (and enqueues their long-term copies)."""
-        await self._session.add_messages([to_chat_message(item) for item in items])
+        """Appends the items in one round trip (and enqueues their long-term copies); with ``form_into``, then
+        sends their messages to be formed into facts (an operation of at most ``MEMORY_FORMATION__MAX_MESSAGES``
+        messages each), without waiting for it."""
+        added = await self._session.add_messages([to_chat_message(item) for item in items])
+        if self.form_into is None:
+            return
+        said = _said(items, added)
+        for start in range(0, len(said), self._max_messages):
+            await self._long_term.remember(said[start : start + self._max_messages], set_name=self.form_into)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Removes the newest item and returns it; None when the session is empty. Its long-term copy stays."""

@@ -34,6 +34,7 @@ from memory_core.core.auth import TokenMap
 from memory_core.core.dispatch import open_redis
 from memory_core.core.errors import ConfigurationError, InvalidRequestError, MemoryCoreError, MemorySetNotFound
 from memory_core.core.liveness import consumers
+from memory_core.core.messages import FormationReport
 from memory_core.core.models import MemorySetItem
 from memory_core.core.settings import Settings
 from memory_core.servers import version
@@ -51,8 +52,14 @@ T = TypeVar("T")
 INSTRUCTIONS = (
     "Long-term memory for this user. Search it before answering questions about the user or earlier work "
     "(search_memory, or recall for one ranked block across every tier); store durable facts, preferences "
-    "and decisions with add_memory, one fact per item. Working memory holds scratch state for the current task."
+    "and decisions with add_memory, one fact per item, or hand the conversation to remember, which forms the "
+    "facts itself in the background (into the 'facts' set). Working memory holds scratch state for the current "
+    "task."
 )
+
+FACTS = "facts"
+"""The set ``remember`` forms facts into unless told otherwise: the client's default, made on the first formation
+as a facts set (no compaction, no dedup), so formed facts never mix with ``add_memory``'s own set."""
 
 SetName = Annotated[str | None, Field(description="A memory set of this scope; the default set when omitted.")]
 
@@ -81,6 +88,49 @@ class Deleted(BaseModel):
 class Recalled(BaseModel):
     context: str
     items: list[dict[str, Any]]
+
+
+class Turn(BaseModel):
+    """One message of the conversation to remember."""
+
+    role: Literal["user", "assistant"] = Field(description="Who said it: the user, or you (assistant).")
+    content: str = Field(description="What was said, as said.")
+
+
+class FactDecision(BaseModel):
+    """What a formation did with one fact."""
+
+    decision: str
+    fact_id: str
+    text: str
+    target: str | None = None
+
+
+class Formation(BaseModel):
+    """A formation operation: its receipt at first (pending), then its decisions once done."""
+
+    op_id: str
+    status: str
+    set_name: str
+    formed_by: str | None = None
+    decisions: list[FactDecision] = []
+    error: str | None = None
+    notes: list[str] = []
+
+    @classmethod
+    def of(cls, report: FormationReport) -> Formation:
+        decisions = [
+            FactDecision(**d.model_dump(include={"decision", "fact_id", "text", "target"})) for d in report.decisions
+        ]
+        return cls(
+            op_id=report.op_id,
+            status=report.status,
+            set_name=report.set_name,
+            formed_by=report.formed_by,
+            decisions=decisions,
+            error=report.error,
+            notes=report.notes,
+        )
 
 
 class SetSummary(BaseModel):
@@ -155,7 +205,7 @@ class MemoryTools:
         importance: Annotated[float | None, Field(ge=0, le=1, description="0..1; higher is kept longer.")] = None,
         pinned: Annotated[bool, Field(description="Never evicted or expired.")] = False,
     ) -> Stored:
-        """Store facts, preferences or decisions in long-term memory; one fact per text."""
+        """Store facts, preferences or decisions exactly as given, one per text (remember forms them from a chat)."""
         ltm, name = self._scope(set_name)
         add = functools.partial(ltm.add, name, list(texts), importance=importance, pinned=pinned or None)
         try:
@@ -166,6 +216,32 @@ class MemoryTools:
                 raise
             ltm.get_or_create_memory_set(name, capacity=self._settings.set_capacity)
             return Stored(ids=add())
+
+    def remember(
+        self,
+        messages: Annotated[list[Turn], Field(min_length=1, description="The conversation to remember, oldest first.")],
+        set_name: Annotated[
+            str | None,
+            Field(description=f"The set the facts go to; {FACTS!r} when omitted (search_memory searches it by name)."),
+        ] = None,
+    ) -> Formation:
+        """Remember a conversation: facts are formed from it in the background (add_memory stores text as given).
+
+        The server extracts self-contained facts and reconciles them with those it holds (new, updated,
+        contradicted, or already known). Returns at once with the operation's id and status "pending";
+        memory_operation tells when it is done and what it decided. The same messages again are the same
+        operation: nothing is formed twice.
+        """
+        ltm, _ = self._scope(None)
+        turns = [turn.model_dump() for turn in messages]
+        return Formation.of(ltm.remember(turns, set_name=set_name or FACTS))
+
+    def memory_operation(
+        self, op_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$", description="The op_id remember returned.")]
+    ) -> Formation:
+        """Check a remember operation: pending, running, done (with the facts it decided), deferred or failed."""
+        ltm, _ = self._scope(None)
+        return Formation.of(ltm.operation(op_id))
 
     def search_memory(
         self,
@@ -241,16 +317,16 @@ class MemoryTools:
         return client.long_term(namespace, self._settings.key), set_name or self._settings.set_name
 
     def _or_none(self, name: str, read: Callable[[], T]) -> T | None:
-        """What ``read`` returns; None when ``name`` is the default set and it does not exist yet.
+        """What ``read`` returns; None when ``name`` is the default set or the facts set and it does not exist yet.
 
-        The default set is made on the first ``add_memory``, so before it nothing is stored: nothing to find,
-        read or delete. A set the model names must exist: ``MemorySetNotFound`` tells it the name is wrong,
-        where an empty answer would read as "nothing remembered".
+        The default set is made on the first ``add_memory``, and the facts set by the first formation, so before
+        them nothing is stored: nothing to find, read or delete. A set the model names must exist:
+        ``MemorySetNotFound`` tells it the name is wrong, where an empty answer would read as "nothing remembered".
         """
         try:
             return read()
         except MemorySetNotFound:
-            if name != self._settings.set_name:
+            if name not in (self._settings.set_name, FACTS):
                 raise
             return None
 
@@ -266,6 +342,10 @@ def _hints(*, read_only: bool = False, destructive: bool = False, idempotent: bo
 
 TOOLS: dict[str, ToolAnnotations] = {
     "add_memory": _hints(),  # adds, never overwrites; each call stores new items
+    # The same messages are the same operation (its id hashes them): a repeated call forms nothing again. A fact
+    # it supersedes is kept, marked superseded, so nothing is lost.
+    "remember": _hints(idempotent=True),
+    "memory_operation": _hints(read_only=True),
     "search_memory": _hints(read_only=True),
     "get_memories": _hints(read_only=True),
     "delete_memory": _hints(destructive=True, idempotent=True),

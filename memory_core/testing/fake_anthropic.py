@@ -14,12 +14,14 @@ that the indices were honoured.
 from __future__ import annotations
 
 import json
+import random
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from memory_core.testing.formation_script import FormationScript
 from memory_core.testing.loopback import Answer, LoopbackServer
 
 Grouping = Callable[[int, int], list[list[int]]]
@@ -38,7 +40,9 @@ def contiguous(count: int, limit: int) -> list[list[int]]:
 class Behaviour:
     """What the fake does with the next requests. ``failures`` requests fail with ``mode`` first, then ``ok``."""
 
-    mode: str = "ok"  # ok | http_500 | http_429 | stall | malformed | garbage | out_of_range | too_many | no_tool
+    mode: str = (
+        "ok"  # ok | http_500 | http_429 | http_529 | stall | malformed | garbage | out_of_range | too_many | no_tool
+    )
     failures: int = 1_000_000
     grouping: Grouping = contiguous
     stall_seconds: float = 5.0
@@ -54,6 +58,10 @@ class FakeAnthropic(LoopbackServer):
     max_in_flight: int = 0
     # (model, started, ended) of every request, monotonic seconds: shows which calls overlapped.
     spans: list[tuple[str, float, float]] = field(default_factory=list)
+    formation: FormationScript = field(default_factory=FormationScript)
+    """What formation requests (the ``record_memories`` tool) are answered with."""
+    latency: tuple[float, float] | None = None
+    """Seconds every answer takes, drawn uniformly from this range (a model's think time); None: at once."""
 
     def __post_init__(self) -> None:
         self.listen()
@@ -84,13 +92,16 @@ class FakeAnthropic(LoopbackServer):
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         started = time.monotonic()
+        if self.latency is not None:
+            time.sleep(random.uniform(*self.latency))  # a think time, not a secret
         try:
             status, payload = self.respond(body)
         finally:
             with self.lock:
                 self.in_flight -= 1
                 self.spans.append((str(body.get("model")), started, time.monotonic()))
-        return status, {}, payload
+        busy = status in {429, 529}  # as the real API does: say how long to wait
+        return status, {"retry-after": "1"} if busy else {}, payload
 
     def respond(self, body: dict[str, Any]) -> tuple[int, bytes]:
         """The status and body of the reply to one request."""
@@ -99,11 +110,13 @@ class FakeAnthropic(LoopbackServer):
             behaviour = self.behaviour
             mode = self.take(behaviour)
         text = "\n".join(m["content"] for m in body.get("messages", []) if isinstance(m.get("content"), str))
+        if body.get("tool_choice", {}).get("name") == "record_memories" and mode in {"ok", "malformed", "no_tool"}:
+            return self._formation(body, text, mode)
         if body.get("tool_choice", {}).get("name") == "record_entities" and mode == "ok":
             return 200, json.dumps(_message(body, _entities(text), tool=True, input_chars=len(text))).encode()
         count = len(_INDEX.findall(text))
         limit = _limit(body)
-        if mode in {"http_500", "http_429"}:
+        if mode in {"http_500", "http_429", "http_529"}:
             return int(mode[-3:]), json.dumps(
                 {"type": "error", "error": {"type": "api_error", "message": mode}}
             ).encode()
@@ -124,6 +137,16 @@ class FakeAnthropic(LoopbackServer):
         return 200, json.dumps(
             _message(body, {"topics": topics}, tool=mode != "no_tool", input_chars=len(text))
         ).encode()
+
+    def _formation(self, body: dict[str, Any], text: str, mode: str) -> tuple[int, bytes]:
+        reply: Any = self.formation.next(text)
+        if mode == "malformed":
+            reply = {"facts": "not a list"}
+        if mode == "no_tool" or reply == "no_tool":
+            return 200, json.dumps(_message(body, {}, tool=False, input_chars=len(text))).encode()
+        if isinstance(reply, str):
+            return 200, reply.encode()
+        return 200, json.dumps(_message(body, reply, tool=True, input_chars=len(text))).encode()
 
 
 def _entities(text: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from memory_core.core.errors import ConfigurationError, MemoryCoreError
 from memory_core.core.keys import Keys
 from memory_core.core.liveness import Heartbeat, WorkerInfo, reranker_of, store_fields
 from memory_core.core.metrics import NamespaceItems
+from memory_core.core.models import VERBATIM
 from memory_core.core.settings import Settings, get_settings
 from memory_core.workers import beat_schedule, services
 from memory_core.workers.base import MemoryTask
@@ -113,6 +114,7 @@ def _schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "evict": settings.maintenance.evict_interval,
         "optimize": settings.maintenance.optimize_interval,
         "compaction-sweep": settings.compaction.sweep_interval,
+        "formation-resume": settings.formation.resume_interval,
     }
     for name, seconds in intervals.items():
         schedule[name]["schedule"] = seconds
@@ -142,6 +144,7 @@ class HeartbeatStep(bootsteps.StartStopStep):
             queues=queues,
             embedder=services.embedder_of(parent.app),  # loaded by the preflight, before the consumer starts
             reranker=reranker_of(settings.rerank.model),  # the setting: a worker whose reranker cannot load never runs
+            former=settings.formation.model if settings.anthropic.api_key is not None else VERBATIM,
             **store_fields(settings.qdrant),
         )
         self.heartbeat = Heartbeat(base.redis, base.keys, info, interval=settings.celery.heartbeat_interval)

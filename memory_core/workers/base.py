@@ -32,6 +32,8 @@ from memory_core.core.auth import AUTH_HEADER, refusal
 from memory_core.core.dispatch import SENT_AT_HEADER
 from memory_core.core.errors import (
     CALLER_MISTAKES,
+    FormationBusy,
+    FormationError,
     InvalidRequestError,
     MemoryCoreError,
     TransientEmbedderError,
@@ -246,6 +248,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         if isinstance(exc, TransientEmbedderError):
             kwargs["countdown"] = retry_countdown(exc, kwargs.get("countdown"), self.retry_backoff_max)
         request = self.request
+        if not request.called_directly and not args and isinstance(exc, FormationBusy):
+            return self._wait_busy(exc)
         if not request.called_directly and not args and isinstance(exc, Exception):
             outage = outage_of(request)
             if isinstance(exc, TransientEmbedderError) and self._dead_lettered:
@@ -263,6 +267,15 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             if requeue:
                 raise
             raise Reject(reason, requeue=True) from exc
+
+    def _wait_busy(self, exc: FormationBusy) -> Any:
+        """Sends a formation that must wait (its scope, namespace or model busy) again after the wait it names.
+        A wait is no failure: it is counted with the outage's retries, which ``max_retries`` leaves out, so
+        waiting never ends in a dead letter (a wait within the longest backoff keeps it under the visibility
+        timeout)."""
+        outage = outage_of(self.request) or Outage(since=time.time(), retries=0, told=True)
+        outage = outage.model_copy(update={"retries": outage.retries + 1})
+        return self._send_retry(exc, min(exc.retry_after, float(self.retry_backoff_max)), outage)
 
     def _retry_through_outage(self, exc: TransientEmbedderError, countdown: float | None, outage: Outage | None) -> Any:
         """Retries an embedding outage until its window ends (then raises ``exc``: the task fails for good and is
@@ -345,7 +358,9 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             # A refused message never ran: it is no failed write, and replaying it from its namespace's
             # letters would send it again under the replaying operator's token (which may grant what the
             # sender's did not). It is kept for inspection with the unroutable letters, never replayed.
-            if self._dead_letter(args, kwargs, task_id, letter, replayable=not getattr(exc, _REFUSED, False)):
+            raw_replies = exc.raw_replies if isinstance(exc, FormationError) else None
+            refused = getattr(exc, _REFUSED, False)
+            if self._dead_letter(args, kwargs, task_id, letter, replayable=not refused, raw_replies=raw_replies):
                 info = letter  # the caller is told it is dead-lettered only once it is
         elif isinstance(exc, TransientEmbedderError):
             tries = self.request.retries + 1
@@ -389,7 +404,16 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
             # The write itself is durable; only the waiting client misses its answer (it times out).
             logger.warning("could not deliver the reply of task %s", task_id)
 
-    def _dead_letter(self, args: Any, kwargs: Any, task_id: str, info: ErrorInfo, *, replayable: bool) -> bool:
+    def _dead_letter(
+        self,
+        args: Any,
+        kwargs: Any,
+        task_id: str,
+        info: ErrorInfo,
+        *,
+        replayable: bool,
+        raw_replies: list[str] | None = None,
+    ) -> bool:
         """Keeps the failed task's message in the dead letters; False if Redis refused it (it is then lost)."""
         namespace = request_namespace(kwargs) if replayable else None
         svc = self.basics
@@ -403,6 +427,8 @@ class MemoryTask(Task):  # type: ignore[type-arg]  # celery-types makes Task gen
         }
         if args:
             letter["args"] = args  # only refused messages have any; kept so the letter shows what was sent
+        if raw_replies:
+            letter["raw_replies"] = raw_replies  # a model's unusable replies, beside the messages in the kwargs
         key = svc.keys.dead_letters(namespace) if namespace else svc.keys.unroutable_dead_letters()
 
         def push(pipe: redis.client.Pipeline) -> None:

@@ -27,4 +27,10 @@ BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
         "schedule": 300.0,
         "options": {"queue": "memory.maintenance"},
     },
+    # Sends deferred formations again once their namespace has budget (a new UTC day, a raised budget).
+    "formation-resume": {
+        "task": "memory.formation_resume_due",
+        "schedule": 300.0,
+        "options": {"queue": "memory.maintenance"},
+    },
 }

@@ -28,12 +28,14 @@ from memory_core.core.messages import AddReply
 from memory_core.core.settings import Settings, redact_url
 from memory_core.core.tokens import default_counter
 from memory_core.engine.batching import AddBatcher
+from memory_core.engine.browsing import Browsing
 from memory_core.engine.compaction import CompactionTrigger, Compactor, open_summarizer
 from memory_core.engine.embedders import Embedder, open_embedder
 from memory_core.engine.embedders.base import MAX_DIMENSION
 from memory_core.engine.embedders.cache import EmbeddingCache
 from memory_core.engine.embedders.metering import EmbeddingMeter
 from memory_core.engine.erasure import Eraser
+from memory_core.engine.formation import Former, Provenance, open_extractor
 from memory_core.engine.maintenance import Maintenance
 from memory_core.engine.quotas import QuotaGuard
 from memory_core.engine.recall import Recaller
@@ -58,6 +60,7 @@ class Services:
     redis: redis.Redis
     dispatcher: Dispatcher
     memory: MemoryService
+    browsing: Browsing
     compactor: Compactor
     compaction_trigger: CompactionTrigger
     maintenance: Maintenance
@@ -68,6 +71,8 @@ class Services:
     tokens: TokenMap | None
     transfer: Transfer
     reindexer: Reindexer
+    former: Former
+    provenance: Provenance
 
     def add(self, request: dict[str, Any]) -> AddReply:
         """An add, through the micro-batcher when batching is on."""
@@ -210,6 +215,7 @@ def _build(base: Basics) -> Services:
         redact_url(settings.redis.url),
     )
     coordinator = Coordinator(redis_client, keys)
+    extractor, verbatim = open_extractor(settings)
     embeddings = EmbeddingCache(
         embedder, redis_client, keys, ttl=settings.cache.embedding_ttl, write_ttl=settings.cache.write_embedding_ttl
     )
@@ -239,6 +245,7 @@ def _build(base: Basics) -> Services:
         redis=redis_client,
         dispatcher=dispatcher,
         memory=memory,
+        browsing=Browsing(memory),
         compactor=Compactor(
             store=store,
             embedder=embedder,
@@ -269,6 +276,20 @@ def _build(base: Basics) -> Services:
         tokens=tokens,
         transfer=Transfer(memory, settings.stack.backup_dir),
         reindexer=reindexer,
+        former=Former(
+            store=store,
+            embedder=embedder,
+            extractor=extractor,
+            redis_client=redis_client,
+            keys=keys,
+            settings=settings.formation,
+            coordinator=coordinator,
+            dispatcher=dispatcher,
+            verbatim=verbatim,
+        ),
+        provenance=Provenance(
+            store=store, redis_client=redis_client, keys=keys, coordinator=coordinator, settings=settings.formation
+        ),
     )
 
 

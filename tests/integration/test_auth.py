@@ -23,28 +23,37 @@ from memory_core.core.dispatch import celery_message
 from memory_core.core.messages import (
     AddRequest,
     BackupRequest,
+    BrowseRequest,
     CompactRequest,
     CreateSetRequest,
     DeleteRequest,
     DeleteSetRequest,
     EntitiesRequest,
     ErrorInfo,
+    ExplainRequest,
     ExportedItem,
     ExportRequest,
     FoldRequest,
     ForgetRequest,
+    ForgetSourcesRequest,
+    FormationReplayRequest,
+    FormationResumeRequest,
+    FormMessage,
+    HistoryRequest,
     IdsRequest,
     ImportRequest,
     ListSetsRequest,
     NewItem,
+    OperationRequest,
     RecallRequest,
     ReindexBatch,
     ReindexRequest,
+    RememberRequest,
     Reply,
     SearchRequest,
     SetRequest,
 )
-from memory_core.core.models import MemorySetItem, utcnow
+from memory_core.core.models import FORMATION_PROMPT_VERSION, MemorySetItem, MessageRole, utcnow
 from memory_core.core.settings import Settings
 
 from .processes import celery_process, free_port, start_redis, stop
@@ -130,7 +139,16 @@ def test_a_wrong_token_is_refused_without_revealing_whether_the_namespace_exists
 
 
 VICTIM = "globex"
-SWEEPS = frozenset({routing.TTL_SWEEP, routing.FLUSH_ACCESS, routing.EVICT, routing.OPTIMIZE, routing.COMPACTION_SWEEP})
+SWEEPS = frozenset(
+    {
+        routing.TTL_SWEEP,
+        routing.FLUSH_ACCESS,
+        routing.EVICT,
+        routing.OPTIMIZE,
+        routing.COMPACTION_SWEEP,
+        routing.FORMATION_RESUME_DUE,
+    }
+)
 """The tasks that take no request (maintenance run over every namespace)."""
 
 
@@ -153,6 +171,8 @@ def _victim_requests() -> dict[str, dict[str, Any]]:
         routing.FORGET: ForgetRequest(namespace=VICTIM),
         routing.GET: IdsRequest(**notes),
         routing.SEARCH: SearchRequest(**notes, query="keeps", limit=5),
+        routing.BROWSE: BrowseRequest(**notes),
+        routing.EXPLAIN: ExplainRequest(**notes, query="keeps", limit=5),
         routing.SIZE: SetRequest(**notes),
         routing.GET_SET: SetRequest(**notes),
         routing.RECALL: RecallRequest(**base, query="keeps", limit=5),
@@ -165,6 +185,20 @@ def _victim_requests() -> dict[str, dict[str, Any]]:
         routing.COMPACT: CompactRequest(**notes, force=True),
         routing.SESSION_FOLD: FoldRequest(**base, session_id="s", max_tokens=0),
         routing.SESSION_ENTITIES: EntitiesRequest(**base, session_id="s", first="0-0", last="0-0"),
+        routing.FORM: RememberRequest(
+            **notes,
+            op_id="0" * 32,
+            messages=[FormMessage(id="m1", role=MessageRole.USER, content="planted by a stranger")],
+            model="claude-haiku-4-5",
+            prompt_version=FORMATION_PROMPT_VERSION,
+            seq=time.time_ns(),
+            received_at=now,
+        ),
+        routing.OPERATION: OperationRequest(**base, op_id="0" * 32),
+        routing.FACT_HISTORY: HistoryRequest(**notes, fact_id="planted"),
+        routing.FORGET_SOURCES: ForgetSourcesRequest(**notes, source_ids=["m1"], seq=time.time_ns()),
+        routing.FORMATION_RESUME: FormationResumeRequest(namespace=VICTIM),
+        routing.FORMATION_REPLAY: FormationReplayRequest(**notes),
     }
     return {task: request.model_dump(mode="json") for task, request in requests.items()}
 

@@ -17,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_core import MemoryClient, load_settings
+from memory_core.core import routing
 from memory_core.core.files import disk_usage
 
 from .processes import PrivateRedis, free_port
@@ -77,7 +78,7 @@ def test_up_status_flower_metrics_and_a_backup_restore_round_trip(stack_env: dic
     (store,) = status["stores"]  # as the worker reports it
     assert store["location"] == str(tmp_path / "qdrant")
     assert isinstance(store["bytes"], int)  # measured by the worker (a fresh store may hold next to nothing)
-    assert status["queues"] == {"memory.write": 0, "memory.read": 0, "memory.maintenance": 0, "memory.compaction": 0}
+    assert status["queues"] == {q: 0 for q in routing.QUEUES}
     flower = f"http://127.0.0.1:{env['MEMORY_FLOWER__PORT']}"
     wait_for(lambda: _answers(f"{flower}/healthcheck"), 60)
 

@@ -151,7 +151,15 @@ REQUEST_TASKS = sorted(
     task
     for task, queue in routing.ROUTES.items()
     if queue in routing.DEAD_LETTER_QUEUES
-    and task not in {routing.COMPACTION_SWEEP, routing.TTL_SWEEP, routing.FLUSH_ACCESS, routing.EVICT, routing.OPTIMIZE}
+    and task
+    not in {
+        routing.COMPACTION_SWEEP,
+        routing.TTL_SWEEP,
+        routing.FLUSH_ACCESS,
+        routing.EVICT,
+        routing.OPTIMIZE,
+        routing.FORMATION_RESUME_DUE,
+    }
 )
 
 

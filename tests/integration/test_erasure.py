@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from celery import Celery
 
@@ -118,3 +120,26 @@ def test_forgetting_a_key_erases_its_state_sessions_checkpoints_and_promoted_mes
 def _every_read_fails_for(ltm, set_name: str) -> None:
     with pytest.raises(MemorySetNotFound):
         ltm.get(set_name)
+
+
+def test_forgetting_a_key_erases_its_console_audit_entries_and_spares_the_others(
+    client: MemoryClient, namespace: str, raw_redis
+):
+    log = client.keys.console_audit(namespace)
+    entries = [
+        {
+            "who": "token abc",
+            "at": "2026-11-28T00:00:00Z",
+            "what": "edit",
+            "target": {"key": key, "set": "s", "id": "i"},
+            "before": {"value": f"secret of {key}"},
+            "after": {"value": "x"},
+        }
+        for key in ("alice", "bob", "alice")
+    ]
+    raw_redis.lpush(log, *[json.dumps(e) for e in entries], "not json")
+    client.forget(namespace, "alice")
+    left = raw_redis.lrange(log, 0, -1)
+    assert b"secret of alice" not in b"".join(left)
+    assert sum(b"secret of bob" in e for e in left) == 1
+    assert b"not json" in left

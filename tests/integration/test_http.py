@@ -280,6 +280,10 @@ def test_one_token_never_reaches_the_other_namespace(
             ("POST", f"{base}/threads/{key}/checkpoints", {"checkpoint": {}}),
             ("GET", f"{base}/threads/{key}/checkpoints/latest", None),
             ("POST", f"{base}/keys/{key}/recall", {"query": "launch code"}),
+            ("POST", f"{base}/keys/{key}/remember", {"messages": [{"content": "I am root"}], "wait": True}),
+            ("GET", f"{base}/keys/{key}/operations/{'0' * 32}", None),
+            ("GET", f"{base}/keys/{key}/sets/facts/items/f1/history", None),
+            ("POST", f"{base}/keys/{key}/sets/facts/forget-sources", {"source_ids": ["m1"]}),
             ("DELETE", f"{base}/keys/{key}", None),
             ("DELETE", base, None),
             ("GET", f"{base}/usage", None),
@@ -297,6 +301,120 @@ def test_one_token_never_reaches_the_other_namespace(
     # And A's data is as A left it.
     assert [i["value"] for i in _ok(as_a.get(notes + "/items"))["items"]] == ["The launch code is 0000."]
     assert _ok(as_a.get(f"/keys/{key}/state/secret"))["value"] == "A's plan"
+
+
+def _operation_done(http: httpx.Client, key: str, op_id: str) -> bool:
+    return bool(_ok(http.get(f"/keys/{key}/operations/{op_id}"))["status"] == "done")
+
+
+def test_remember_forms_facts_and_the_operation_reports_them(as_a: httpx.Client, key: str, fake_anthropic):
+    conversation = [
+        {"role": "user", "content": "I live in Lisbon", "id": "m1"},
+        {"role": "assistant", "content": "Lisbon is lovely!", "id": "m2", "at": "2025-05-01T10:00:00+01:00"},
+        {"role": "user", "content": "I like green tea", "id": "m3"},
+    ]
+    formed = _ok(as_a.post(f"/keys/{key}/remember", json={"messages": conversation, "wait": True}))
+    assert (formed["status"], formed["key"], formed["set_name"]) == ("done", key, "facts")
+    assert [(d["decision"], d["text"], d["sources"]) for d in formed["decisions"]] == [
+        ("add", "I live in Lisbon", ["m1"]),
+        ("add", "I like green tea", ["m3"]),
+    ]
+    assert _ok(as_a.get(f"/keys/{key}/operations/{formed['op_id']}")) == formed
+    again = _ok(as_a.post(f"/keys/{key}/remember", json={"messages": conversation, "wait": True}))
+    assert (again["op_id"], again["decisions"]) == (formed["op_id"], formed["decisions"])  # the same operation
+
+    # Without waiting: 202 with the receipt at once, and the operation ends done.
+    receipt = _ok(as_a.post(f"/keys/{key}/remember", json={"messages": [{"content": "I swim on Mondays"}]}), 202)
+    assert (receipt["status"], receipt["decisions"]) == ("pending", [])
+    deadline = time.monotonic() + 60
+    while not _operation_done(as_a, key, receipt["op_id"]):
+        assert time.monotonic() < deadline, "the operation never ended"
+        time.sleep(0.1)
+    hits = _ok(as_a.post(f"/keys/{key}/sets/facts/search", json={"query": "what does the user drink?"}))["items"]
+    assert "I like green tea" in [hit["value"] for hit in hits]
+    tea = next(hit for hit in hits if hit["value"] == "I like green tea")
+    assert (tea["fact"]["op_id"], tea["fact"]["sources"]) == (formed["op_id"], ["m3"])
+
+    unknown = _error(as_a.get(f"/keys/{key}/operations/{'0' * 32}"), 404)
+    assert (unknown["code"], "'00000000000000000000000000000000'" in unknown["message"]) == ("not_found", True)
+    malformed = _error(as_a.get(f"/keys/{key}/operations/not-an-op"), 400)
+    assert (malformed["field"], "not-an-op" in malformed["message"]) == ("op_id", True)
+
+
+def test_superseded_facts_show_in_history_and_in_searches_that_ask(as_a: httpx.Client, key: str, fake_anthropic):
+    def remember(text: str, ident: str) -> dict[str, Any]:
+        body = {"messages": [{"content": text, "id": ident}], "wait": True}
+        report: dict[str, Any] = _ok(as_a.post(f"/keys/{key}/remember", json=body))
+        return report
+
+    facts = f"/keys/{key}/sets/facts"
+    first = remember("I like coffee", "s1")["decisions"][0]["fact_id"]
+    (changed,) = remember("I do not like coffee", "s2")["decisions"]
+    assert (changed["decision"], changed["target"]) == ("contradict", first)
+    live = _ok(as_a.post(facts + "/search", json={"query": "coffee"}))["items"]
+    assert [hit["value"] for hit in live] == ["I do not like coffee"]
+    every = _ok(as_a.post(facts + "/search", json={"query": "coffee", "include_superseded": True}))["items"]
+    assert sorted(hit["value"] for hit in every) == ["I do not like coffee", "I like coffee"]
+    chain = _ok(as_a.get(facts + f"/items/{changed['fact_id']}/history"))["items"]
+    assert [(item["id"], item["value"]) for item in chain] == [
+        (first, "I like coffee"),
+        (changed["fact_id"], "I do not like coffee"),
+    ]
+    assert chain[0]["fact"]["superseded_by"] == changed["fact_id"]
+    missing = _error(as_a.get(facts + "/items/nope/history"), 404)
+    assert (missing["code"], "'nope'" in missing["message"]) == ("not_found", True)
+
+    remember("I speak Dutch", "s3")
+    assert _ok(as_a.post(facts + "/forget-sources", json={"source_ids": ["s3"]})) == {"removed": 1, "updated": 0}
+    assert "I speak Dutch" not in [item["value"] for item in _ok(as_a.get(facts + "/items"))["items"]]
+    empty = _error(as_a.post(facts + "/forget-sources", json={"source_ids": []}), 400)
+    assert "source_ids" in empty["message"]
+
+
+def test_an_operation_is_seen_only_in_its_own_namespace_and_key(
+    as_a: httpx.Client, as_b: httpx.Client, key: str, tenants: tuple[str, str], fake_anthropic
+):
+    body = {"messages": [{"content": "My locker code is 4321"}], "wait": True}
+    op_id = _ok(as_a.post(f"/keys/{key}/remember", json=body))["op_id"]
+    # B's token does not grant A's namespace: refused before any call, whatever the operation.
+    theirs = as_b.get(str(as_b.base_url.copy_with(path=f"/v1/namespaces/{tenants[0]}/keys/{key}/operations/{op_id}")))
+    assert _error(theirs, 403)["code"] == "forbidden"
+    # In B's own namespace, and in another key of A's, the id names nothing.
+    assert _error(as_b.get(f"/keys/{key}/operations/{op_id}"), 404)["code"] == "not_found"
+    assert _error(as_a.get(f"/keys/{key}-other/operations/{op_id}"), 404)["code"] == "not_found"
+    assert _ok(as_a.get(f"/keys/{key}/operations/{op_id}"))["status"] == "done"
+
+
+def test_bad_messages_are_refused_naming_the_field_and_the_value(as_a: httpx.Client, key: str):
+    remember = f"/keys/{key}/remember"
+    refused = [
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "messages.0.role", "'robot'"),
+        ({"messages": [{"role": "user"}]}, "messages.0.content", "required"),
+        ({"messages": [{"content": "hi", "colour": "red"}]}, "messages.0.colour", "colour"),
+        ({"messages": [{"content": "hi", "at": "2025-05-01T10:00:00"}]}, "messages.0.at", "2025-05-01T10:00:00"),
+        ({"messages": [{"content": "hi"}], "wait": "yes"}, "wait", "'yes'"),
+        ({"messages": "hi"}, "messages", "list"),
+    ]
+    for body, field, named in refused:
+        error = _error(as_a.post(remember, json=body), 400)
+        assert (error["code"], error["field"]) == ("invalid_request", field), error
+        assert named in error["message"], error
+    # Refused by the client's own checks, below the schema.
+    for body, named in (
+        ({"messages": []}, "messages is empty"),
+        ({"messages": [{"content": "  "}]}, "messages[0] content '  '"),
+        ({"messages": [{"content": "hi", "id": "x" * 200}]}, "messages[0] id"),
+        ({"messages": [{"content": "hi"}], "set_name": "no spaces"}, "'no spaces'"),
+    ):
+        error = _error(as_a.post(remember, json=body), 400)
+        assert (error["code"], named in error["message"]) == ("invalid_request", True), error
+
+
+def test_a_formation_that_fails_for_good_is_a_502(as_a: httpx.Client, key: str, fake_anthropic):
+    fake_anthropic.formation.push("<html>not json</html>", {"facts": [{"text": "x", "sources": "one"}]})
+    body = {"messages": [{"content": "I was born in Porto"}], "wait": True}
+    failed = _error(as_a.post(f"/keys/{key}/remember", json=body), 502)
+    assert (failed["code"], "unusable reply" in failed["message"]) == ("formation_error", True)
 
 
 def test_probes_and_the_openapi_document(api: str):
@@ -324,6 +442,10 @@ def test_probes_and_the_openapi_document(api: str):
         f"{ns}/threads/{{thread_id}}/checkpoints/{{checkpoint_id}}": {"get"},
         f"{ns}/threads/{{thread_id}}": {"delete"},
         f"{key}/recall": {"post"},
+        f"{key}/remember": {"post"},
+        f"{key}/operations/{{op_id}}": {"get"},
+        f"{key}{one}/items/{{item_id}}/history": {"get"},
+        f"{key}{one}/forget-sources": {"post"},
         key: {"delete"},
         ns: {"delete"},
         f"{ns}/usage": {"get"},
@@ -333,7 +455,10 @@ def test_probes_and_the_openapi_document(api: str):
     assert not any("422" in op["responses"] for ops in paths.values() for op in ops.values())
     assert "400" in paths[f"{key}{one}/items"]["post"]["responses"]
     schemas = spec["components"]["schemas"]
-    for model in ("AddItems", "Search", "SetOptions", "StatePatch", "StateValue", "NewCheckpoint", "RecallQuery"):
+    for model in (
+        *("AddItems", "Search", "SetOptions", "StatePatch", "StateValue", "NewCheckpoint", "RecallQuery"),
+        *("Remember", "ForgetSources"),
+    ):
         assert schemas[model].get("examples"), model
     assert spec["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
 
@@ -347,6 +472,7 @@ def test_probes_and_the_openapi_document(api: str):
         *("get_state", "patch_state", "clear_state", "get_state_path", "put_state_path", "delete_state_path"),
         *("put_checkpoint", "list_checkpoints", "latest_checkpoint", "get_checkpoint", "delete_thread"),
         *("recall", "forget_key", "forget_namespace", "get_usage", "healthz", "readyz"),
+        *("remember", "get_operation", "fact_history", "forget_sources"),
     }
 
 
@@ -406,6 +532,11 @@ def test_numbers_out_of_range_are_refused_at_the_door_naming_value_and_range(as_
         (as_a.post(notes + "/items", json={"items": ["x"], "importance": [2]}), "importance.0", "1"),
         (as_a.put(f"/keys/{key}/state/plan", json={"value": 1, "ttl": 1e12}), "ttl", "3153600000"),
         (as_a.post(f"/keys/{key}/recall", json={"query": "x", "token_budget": huge}), "token_budget", "10000000"),
+        (
+            as_a.post(f"/keys/{key}/remember", json={"messages": [{"content": "x"}], "timeout": 1e9}),
+            "timeout",
+            "604800",
+        ),
     ]
     for response, field, bound in refused:
         error = _error(response, 400)
@@ -433,6 +564,7 @@ def test_non_finite_numbers_are_refused_by_every_route_family(as_a: httpx.Client
         ("PATCH", f"/keys/{key}/state", '{"values": {"plan.step": 1, "plan.score": Infinity}}', "Infinity"),
         ("POST", f"/threads/{key}/checkpoints", '{"checkpoint": {"step": [NaN]}}', "NaN"),
         ("POST", f"/keys/{key}/recall", '{"query": "x", "limit": NaN}', "NaN"),
+        ("POST", f"/keys/{key}/remember", '{"messages": [{"content": "x"}], "timeout": Infinity}', "Infinity"),
     ]
     for method, path, body, token in attempts:
         error = send(method, path, body)
@@ -500,3 +632,14 @@ def test_dev_mode_serves_every_namespace_on_loopback_without_auth(settings: Sett
         receipt = _ok(http.delete(f"/v1/namespaces/{namespace}"))  # forget the whole namespace
         assert (receipt["namespace"], receipt["key"], receipt["items"]) == (namespace, None, 1)
         assert _error(http.get(notes), 404)["code"] == "memory_set_not_found"
+
+
+def test_an_expiry_given_as_iso_text_is_taken(as_a: httpx.Client, key: str):
+    notes = f"/keys/{key}/sets/notes"
+    _ok(as_a.put(notes, json={}))
+    at = "2099-01-02T03:04:05+00:00"
+    stored = _ok(as_a.post(notes + "/items", json={"items": ["renew the lease"], "expires_at": at}))
+    (item,) = _ok(as_a.get(notes + "/items", params={"id": stored["ids"][0]}))["items"]
+    assert item["expires_at"].startswith("2099-01-02T03:04:05")
+    naive = as_a.post(notes + "/items", json={"items": ["x"], "expires_at": "2099-01-02T03:04:05"})
+    assert naive.status_code in (400, 422), naive.text

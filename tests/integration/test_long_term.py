@@ -6,8 +6,10 @@ The first group mirrors Apache Flink Agents' long-term memory tests.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from celery import Celery
 
 from memory_core import (
     ChatMessage,
@@ -18,7 +20,9 @@ from memory_core import (
     MemorySetNotFound,
     SetDefinitionConflict,
 )
-from memory_core.core.models import DatetimeRange, MessageRole
+from memory_core.core.models import DatetimeRange, FactInfo, MessageRole, Scope
+from memory_core.engine.stores.base import fact_payload
+from memory_core.workers import services
 
 
 def _messages() -> list[ChatMessage]:
@@ -231,3 +235,25 @@ def test_a_fold_keeps_the_callers_id_and_everything_the_caller_set(client: Memor
     assert notes.add(["Alice is allergic to peanuts"], importance=0.1) == [first]
     (again,) = notes.get([first])
     assert (again.pinned, again.importance, again.source) == (True, 0.9, "nurse")
+
+
+def test_a_search_leaves_out_a_superseded_fact_unless_asked(client: MemoryClient, namespace: str, worker: Celery):
+    ltm = client.long_term(namespace, "u")
+    notes = ltm.get_or_create_memory_set("notes")
+    old, new = notes.add(["Alice drinks green tea", "Alice drinks green tea with oat milk now"])
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    fact = FactInfo(
+        formed_by="a-model", op_id="op-1", valid_from=at, valid_to=at + timedelta(days=1), superseded_by=new
+    )
+    # What formation does when a newer fact replaces an older one, here on the worker's own store.
+    services.get(worker).memory.store.set_fields(Scope(namespace, "u", "notes"), [old], fact_payload(fact))
+    assert [h.id for h in ltm.search("notes", "green tea")] == [new]
+    # Asked for, the superseded fact comes too: a result cached for the default search is not served for it.
+    found = {h.id: h for h in ltm.search("notes", "green tea", include_superseded=True)}
+    assert found.keys() == {old, new}
+    assert found[old].fact == fact
+    assert found[new].fact is None
+    assert [h.id for h in ltm.search("notes", "green tea")] == [new]
+    assert [i.id for i in notes.get()] == [old, new]  # still read by id and listed
+    with pytest.raises(InvalidRequestError, match="include_superseded must be True or False, got 'yes'"):
+        ltm.search("notes", "green tea", include_superseded="yes")  # type: ignore[arg-type]  # an untyped caller's

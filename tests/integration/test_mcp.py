@@ -56,7 +56,8 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
                 hints[tool.name] = tool.annotations
             # Clients ask the user before a call that changes or deletes memory.
             reading = {"search_memory", "get_memories", "recall", "list_memory_sets", "get_working_memory"}
-            assert {name for name, hint in hints.items() if hint.read_only_hint} == reading | {"memory_status"}
+            reading |= {"memory_status", "memory_operation"}
+            assert {name for name, hint in hints.items() if hint.read_only_hint} == reading
             assert {name for name, hint in hints.items() if hint.destructive_hint} == {
                 "delete_memory",
                 "set_working_memory",
@@ -114,6 +115,65 @@ def test_over_stdio_an_assistant_stores_finds_and_keeps_working_memory(
             assert _data(await session.call_tool("search_memory", {"query": "Alps"}))["memories"]
 
     asyncio.run(conversation())
+
+
+def test_over_stdio_an_assistant_hands_a_conversation_to_remember_and_checks_the_operation(
+    settings: Settings, worker: Celery, namespace: str, tmp_path: Path, fake_anthropic
+):
+    env = client_env(settings, MEMORY_MCP__NAMESPACE=namespace, MEMORY_MCP__KEY="alice")
+    conversation = [
+        {"role": "user", "content": "I live in Lisbon"},
+        {"role": "assistant", "content": "Lisbon is lovely!"},
+        {"role": "user", "content": "I like green tea"},
+    ]
+
+    async def conversing() -> None:
+        params = StdioServerParameters(command=CLI, args=["mcp"], env=env, cwd=str(tmp_path))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            listed = {tool.name: tool for tool in (await session.list_tools()).tools}
+            hints = listed["remember"].annotations
+            assert hints is not None
+            assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (False, False, True)
+            assert "background" in (listed["remember"].description or "")
+            assert "as given" in (listed["add_memory"].description or "")
+            # Before the first formation the facts set does not exist: nothing is remembered yet, not an error.
+            assert _data(await session.call_tool("search_memory", {"query": "x", "set_name": "facts"})) == {
+                "memories": []
+            }
+
+            receipt = _data(await session.call_tool("remember", {"messages": conversation}))
+            assert (receipt["status"], receipt["set_name"], receipt["decisions"]) == ("pending", "facts", [])
+            again = _data(await session.call_tool("remember", {"messages": conversation}))
+            assert again["op_id"] == receipt["op_id"]  # the same call is the same operation
+            deadline = time.monotonic() + 60
+            while (done := _data(await session.call_tool("memory_operation", {"op_id": receipt["op_id"]})))[
+                "status"
+            ] != "done":
+                assert done["status"] in ("pending", "running"), done
+                assert time.monotonic() < deadline, done
+                await asyncio.sleep(0.1)
+            assert [(d["decision"], d["text"]) for d in done["decisions"]] == [
+                ("add", "I live in Lisbon"),
+                ("add", "I like green tea"),
+            ]
+            found = _data(
+                await session.call_tool("search_memory", {"query": "what does she drink", "set_name": "facts"})
+            )
+            assert "I like green tea" in [m["text"] for m in found["memories"]]
+            assert "tea" in _data(await session.call_tool("recall", {"query": "what does she drink"}))["context"]
+            # The verbatim set is untouched: formed facts live in their own set.
+            assert _data(await session.call_tool("get_memories", {})) == {"memories": []}
+
+            robot = _failure(await session.call_tool("remember", {"messages": [{"role": "robot", "content": "x"}]}))
+            assert "role" in robot
+            assert "robot" in robot
+            assert "messages" in _failure(await session.call_tool("remember", {"messages": []}))
+            assert "op_id" in _failure(await session.call_tool("memory_operation", {"op_id": "nope"}))
+            unknown = _failure(await session.call_tool("memory_operation", {"op_id": "0" * 32}))
+            assert "NotFoundError" in unknown, unknown
+
+    asyncio.run(conversing())
 
 
 def test_without_a_namespace_or_tokens_it_refuses_to_start(settings: Settings, tmp_path: Path):

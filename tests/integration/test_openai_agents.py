@@ -10,14 +10,20 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis
 from agents import Agent, Runner, set_tracing_disabled
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
-from memory_core import AsyncMemoryClient, MemoryClient
+from memory_core import AsyncMemoryClient, LongTermMemory, MemoryClient
+from memory_core.core.errors import InvalidRequestError, MemorySetNotFound
+from memory_core.core.models import MemorySetItem
 from memory_core.integrations.openai_agents import MemoryCoreSession
+from memory_core.testing.fake_anthropic import FakeAnthropic
+from memory_core.testing.formation_script import tagged_lines
+from tests.integration.waiting import wait_for
 
 
 class EchoModel(Model):
@@ -102,3 +108,64 @@ def test_a_planted_item_fails_one_read_typed(client: MemoryClient, namespace: st
             assert await clean.get_items() == [{"role": "user", "content": "still fine"}]
 
     asyncio.run(scenario())
+
+
+def _formed_messages(fake: FakeAnthropic) -> list[tuple[str, str]]:
+    """The (role, content) of every message the workers sent to be formed into facts."""
+    sent = []
+    for request in fake.requests:
+        if request.get("tool_choice", {}).get("name") != "record_memories":
+            continue
+        prompt = "\n".join(m["content"] for m in request["messages"] if isinstance(m.get("content"), str))
+        sent += [(line["role"], line["content"]) for line in tagged_lines(prompt, "messages")]
+    return sent
+
+
+def _facts(memory: LongTermMemory) -> list[MemorySetItem]:
+    try:
+        return memory.get("facts")
+    except MemorySetNotFound:  # made by the first formation
+        return []
+
+
+def test_a_session_with_form_into_forms_facts_from_what_the_user_and_the_assistant_said(
+    client: MemoryClient, namespace: str, fake_anthropic: FakeAnthropic, raw_redis: redis.Redis
+) -> None:
+    set_tracing_disabled(True)
+    agent = Agent(name="assistant", instructions="Be brief.", model=EchoModel())
+    told = "1 user messages; the first: I ordered a blue bike"
+    picture = [{"type": "input_text", "text": "My bike is blue"}, {"type": "input_image", "image_url": "x"}]
+    added: list[Any] = [
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"q": "bike"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "The bike ships on Monday"},
+        {"role": "developer", "content": "Answer in English"},
+        {"role": "user", "content": picture},
+    ]
+
+    async def scenario() -> None:
+        async with AsyncMemoryClient(client.settings) as aclient:
+            forming = MemoryCoreSession("chat-1", aclient=aclient, namespace=namespace, key="alice", form_into="facts")
+            await Runner.run(agent, "I ordered a blue bike", session=forming)
+            await forming.add_items(added)
+            plain = MemoryCoreSession("chat-2", aclient=aclient, namespace=namespace, key="bob")
+            await plain.add_items([{"role": "user", "content": "I own a red car"}])
+            with pytest.raises(InvalidRequestError, match="form_into set name 'no spaces'"):
+                MemoryCoreSession("chat-3", aclient=aclient, namespace=namespace, form_into="no spaces")
+
+    asyncio.run(scenario())
+    # A session without form_into sends nothing to formation: remember records its operation before it returns.
+    assert list(raw_redis.scan_iter(match=client.keys.formation_operation(namespace, "bob", "*"))) == []
+    alice = client.long_term(namespace, "alice")
+    # Three operations: the run's input, its output (apart: the SDK adds them in two calls), the items added after.
+    wait_for(lambda: len(_formed_messages(fake_anthropic)) == 3 and len(_facts(alice)) == 2, timeout=60)
+    assert sorted(str(fact.value) for fact in _facts(alice)) == ["I ordered a blue bike", "My bike is blue"]
+    # Only messages went, as text, each with its session message id: tool calls, outputs and instructions did not.
+    assert sorted(_formed_messages(fake_anthropic)) == [
+        ("assistant", told),
+        ("user", "I ordered a blue bike"),
+        ("user", "My bike is blue"),
+    ]
+    entries = {e.content: e.id for e in client.session(namespace, "chat-1", key="alice").history.entries()}
+    for fact in _facts(alice):
+        assert fact.fact is not None
+        assert fact.fact.sources == [entries[str(fact.value)]]

@@ -192,6 +192,44 @@ def test_live_writes_never_wait_on_the_target_whose_outage_only_delays_the_reind
     assert target == source
 
 
+def test_an_outage_is_no_longer_reported_once_a_later_batch_succeeds_though_a_failed_part_waits_its_backoff(rig: Rig):
+    """The owed catch-up failed during the outage and waits out its backoff; the copy parts succeed after the
+    endpoint recovers and complete the reindex. The status must not go on saying the target is unreachable."""
+    rig.fake.behave("http_500")
+    _rewrite(rig)  # owed to the target: the catch-up asks the endpoint too, and fails
+    for part in range(PARTS + 1):
+        assert rig.reindexer.run_batch(part) is not None
+    assert "500" in rig.reindexer.status()[0].target_error
+    rig.fake.behave("ok")
+    end = time.monotonic() + 120
+    while rig.reindexer.status()[0].state == "building":  # every part but the owed catch-up, as a backoff leaves it
+        assert time.monotonic() < end, f"reindex still building: {rig.reindexer.status()[0]}"
+        for part in range(PARTS):
+            delay = rig.reindexer.run_batch(part)
+            if delay is not None:
+                time.sleep(min(delay, 0.02))
+    status = rig.reindexer.status()[0]
+    assert (status.state, status.owed, status.target_error, status.target_error_since) == ("complete", 0, "", None)
+    source, target = rig.collections()
+    assert target == source
+
+
+def test_writes_owed_after_the_catch_up_went_idle_send_it_on_at_the_next_status(rig: Rig):
+    """Complete and owed nothing, the catch-up's chain ends; a write mirrored after that is owed, and the next
+    status hands the catch-up out again at once, not a lock's lifetime later."""
+    rig.run_all()
+    assert rig.reindexer.run_batch(OWED) is None  # complete, nothing owed: the chain ends
+    assert rig.reindexer.status()[1] == []
+    _rewrite(rig)
+    status, stalled = rig.reindexer.status()
+    assert (status.state, status.owed, stalled) == ("complete", 40, [OWED])
+    assert rig.reindexer.status()[1] == []  # handed out once
+    while rig.reindexer.run_batch(OWED) is not None:
+        pass
+    source, target = rig.collections()
+    assert (rig.reindexer.status()[0].owed, target) == (0, source)
+
+
 def test_a_write_racing_an_abort_is_stored_without_an_error(rig: Rig):
     assert rig.reindexer.target(fresh=True) is not None  # this process mirrors
     rig.reindexer.abort()  # drops the collection the mirror still holds open until its next refresh

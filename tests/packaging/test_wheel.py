@@ -92,6 +92,10 @@ def test_the_wheel_holds_the_worker_the_tokenizer_and_the_type_marker_and_nothin
         "memory_core/py.typed",
         "memory_core/workers/app.py",
         "memory_core/workers/beat_schedule.py",
+        "memory_core/engine/formation/prompts/facts-v1.txt",  # the worker forms with it: no prompt, no formation
+        "memory_core/servers/console/templates/base.html",
+        "memory_core/servers/console/static/htmx.min.js",
+        "memory_core/servers/console/static/console.css",
     ):
         assert needed in names, needed
     # Nothing beside memory_core at the top of site-packages: generic names (workers, beat_schedule) would clash

@@ -21,7 +21,7 @@ def test_redis_keeps_an_append_only_file_and_needs_a_password():
 
 def test_every_memory_core_service_uses_the_password_and_restarts():
     services = _services()
-    for name in ("worker", "worker-compaction", "beat", "flower"):
+    for name in ("worker", "worker-compaction", "worker-formation", "beat", "flower"):
         assert services[name]["environment"]["MEMORY_REDIS__URL"].startswith("redis://:${REDIS_PASSWORD:?")
         assert services[name]["restart"] == "unless-stopped"
 
@@ -36,8 +36,10 @@ def test_flower_runs_through_the_cli_with_basic_auth_published_on_loopback_only(
 def test_workers_serve_metrics_on_the_compose_network_only_so_replicas_never_clash():
     services = _services()
     assert "memory.compaction" not in services["worker"]["command"][-1]
+    assert "memory.formation" not in services["worker"]["command"][-1]
     assert services["worker-compaction"]["command"][-2:] == ["-Q", "memory.compaction"]
-    for name in ("worker", "worker-compaction"):
+    assert services["worker-formation"]["command"][-2:] == ["-Q", "memory.formation"]
+    for name in ("worker", "worker-compaction", "worker-formation"):
         assert services[name]["environment"]["MEMORY_METRICS__PORT"] == "9464"
         assert services[name]["expose"] == ["9464"]
         assert "ports" not in services[name]  # a fixed host port would clash at the second replica

@@ -20,9 +20,15 @@ class TieredCache:
     def get(self, key: str) -> bytes | None:
         """L1, then L2. Raises ``BrokerUnavailable`` only when L1 misses and Redis is down."""
         value = self.get_local(key)
-        if value is not None:
-            return value
-        value = self.l2.get(key)
+        return value if value is not None else self._from_l2(key, self.l2.get(key))
+
+    def get_fetched(self, key: str, fetched: bytes | None) -> bytes | None:
+        """``get``, where the caller already read L2's value (``fetched``, in a round trip of its own)."""
+        value = self.get_local(key)
+        return value if value is not None else self._from_l2(key, fetched)
+
+    def _from_l2(self, key: str, value: bytes | None) -> bytes | None:
+        """What L2 held for ``key``: counted, and kept in L1 when it was there."""
         if value is None:
             self.stats.l2.count(misses=1)
             return None

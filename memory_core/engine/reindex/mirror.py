@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from memory_core.core.errors import StoreError
+from memory_core.core.messages import BrowseQuery, Explained
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.reindex.reindexer import Reindexer
@@ -118,8 +119,34 @@ class MirroringStore:
         *,
         text: str | None = None,
         mode: SearchMode = "dense",
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
-        return self._inner.search(scope, vector, limit, filters, text=text, mode=mode)
+        return self._inner.search(
+            scope, vector, limit, filters, text=text, mode=mode, include_superseded=include_superseded
+        )
+
+    def explain(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str,
+        mode: SearchMode = "hybrid",
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        return self._inner.explain(
+            scope, vector, limit, filters, text=text, mode=mode, include_superseded=include_superseded
+        )
+
+    def page_items(
+        self, scope: Scope, query: BrowseQuery, cursor: str | None, limit: int
+    ) -> tuple[list[MemorySetItem], str | None]:
+        return self._inner.page_items(scope, query, cursor, limit)
+
+    def count_matching(self, scope: Scope, query: BrowseQuery) -> int:
+        return self._inner.count_matching(scope, query)
 
     def count(self, scope: Scope) -> int:
         return self._inner.count(scope)

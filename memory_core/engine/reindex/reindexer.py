@@ -170,8 +170,9 @@ class Reindexer:
 
     def status(self) -> tuple[ReindexStatus, list[int]]:
         """Where the reindex stands, and the parts that made no progress for a lock's lifetime (a killed
-        worker's, or a chain of batches that broke): enqueueing them again resumes the work. A part is handed
-        out again at most once a lock's lifetime, however often the status is asked."""
+        worker's, or a chain of batches that broke), and the owed catch-up once writes came after its chain
+        ended (complete, owed nothing): enqueueing them again resumes the work. A part is handed out again at
+        most once a lock's lifetime, however often the status is asked."""
         store = self.store
         record = store.read_record(REINDEX_RECORD)
         if record is None:
@@ -189,10 +190,21 @@ class Reindexer:
             for part, progress in enumerate(parts)
             if running
             and ((part == OWED and (building or owed)) or (building and part != OWED and not progress.get("done")))
-            and now - float(progress.get("updated_at") or record["started_at"]) > self._settings.lock_ttl
+            and (
+                now - float(progress.get("updated_at") or record["started_at"]) > self._settings.lock_ttl
+                or (part == OWED and owed and progress.get("idle"))  # its chain ended, and writes came since
+            )
             and self._redis.set(self._keys.sweep_lock(f"reindex-kick-{part}"), "1", nx=True, ex=self._settings.lock_ttl)
         ]
-        failing = [p for p in parts if p.get("error")]
+        last_success = max((float(p["succeeded_at"]) for p in parts if p.get("succeeded_at")), default=None)
+        # A part's error stands until that part runs again, which may be a backoff later (or never, for the
+        # owed catch-up once the copy parts took what was owed): a later batch the endpoint answered, in any
+        # part, proves it answers again, so only errors recorded since then say it is unreachable.
+        failing = [
+            p
+            for p in parts
+            if p.get("error") and (last_success is None or float(p.get("updated_at") or 0) > last_success)
+        ]
         return (
             ReindexStatus(
                 state=record["state"],
@@ -212,7 +224,7 @@ class Reindexer:
                 owed=owed,
                 target_error=str(failing[-1]["error"]) if failing else "",
                 target_error_since=min(float(p["error_since"]) for p in failing) if failing else None,
-                last_success_at=max((float(p["succeeded_at"]) for p in parts if p.get("succeeded_at")), default=None),
+                last_success_at=last_success,
                 restart=restart_settings(record),
             ),
             stalled,
@@ -333,9 +345,12 @@ class Reindexer:
         return delay
 
     @staticmethod
-    def _succeeded(progress: dict[str, Any]) -> dict[str, Any]:
+    def _succeeded(progress: dict[str, Any], *, reached_target: bool) -> dict[str, Any]:
+        """The part's progress after a batch that raised nothing. Only a batch that had the target embed
+        something is a success of the endpoint's (``succeeded_at``): one with nothing to embed proves nothing."""
+        now = time.time()
         cleared = {k: v for k, v in progress.items() if k not in ("failures", "error", "error_since")}
-        return {**cleared, "updated_at": time.time(), "succeeded_at": time.time()}
+        return {**cleared, "updated_at": now, **({"succeeded_at": now} if reached_target else {})}
 
     def _copy_batch(
         self, store: ReindexableStore, target: Target, record: dict[str, Any], part: int, progress: dict[str, Any]
@@ -350,11 +365,12 @@ class Reindexer:
         ids = [p.id for p in points]
         if second_pass:  # also what the target holds in the same range: points the source no longer has
             ids += _ids_between(target.store, cursor, following or stop)
+        answered = target.answered
         copied = self._reconcile(store, target, ids)  # (it takes each id once)
         REINDEX_POINTS.labels("scanned").inc(len(points))
         REINDEX_POINTS.labels("copied").inc(copied)
         progress = {
-            **self._succeeded(progress),
+            **self._succeeded(progress, reached_target=target.answered > answered),
             "cursor": following,
             "scanned": int(progress.get("scanned", 0)) + len(points),
             "copied": int(progress.get("copied", 0)) + copied,
@@ -372,14 +388,22 @@ class Reindexer:
     ) -> float | None:
         """Copies up to a batch of the writes the target is owed; polls while none is and the reindex builds."""
         owed = target.store.owed(self._settings.batch_size)
+        answered = target.answered
         copied = self._reconcile(store, target, owed) if owed else 0
         REINDEX_POINTS.labels("copied").inc(copied)
-        written = {**self._succeeded(progress), "copied": int(progress.get("copied", 0)) + copied}
+        # Complete and owed nothing: the chain ends, and says so, so that ``status`` (or beat's kick) sends it on
+        # as soon as more is owed rather than a lock's lifetime later.
+        idle = not owed and record.get("state") != "building"
+        written = {
+            **self._succeeded(progress, reached_target=target.answered > answered),
+            "copied": int(progress.get("copied", 0)) + copied,
+            "idle": idle,
+        }
         store.write_record(part_record(OWED), written)
         if owed:
             return 0.0
-        if record.get("state") != "building":
-            return None  # complete and owed nothing: ``status`` (or beat's kick) sends it on when more is owed
+        if idle:
+            return None
         self._complete_if_done(store, target)
         return OWED_POLL
 

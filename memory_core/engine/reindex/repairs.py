@@ -43,8 +43,15 @@ class Target:
     state: str = "building"
     """The reindex's state when this process last read it."""
 
+    answered: int = 0
+    """How many embedding calls the target's endpoint answered in this process: whether a batch reached it."""
+
     def vectors(self, texts: list[str]) -> list[list[float]]:
-        return embed_timed(self.embedder, texts) if texts else []
+        if not texts:
+            return []
+        vectors = embed_timed(self.embedder, texts)
+        self.answered += 1
+        return vectors
 
 
 @dataclass

@@ -16,7 +16,8 @@ check them on each):
   integer field through a float, which cannot hold a nanosecond ``seq`` (~1.8e18). An adapter whose
   store other processes write too (a server) makes the write a compare-and-set on the ``seq`` it read
   and reads again until what it holds is at least as new, so racing workers cannot undo each other.
-* ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending).
+* ``list_items`` and ``retrieve`` return insertion order (``seq`` ascending), superseded facts included;
+  ``search`` leaves those out unless asked (``include_superseded``).
 * ``search`` scores are higher = more relevant. In ``dense`` mode they are cosine similarities;
   in ``lexical`` and ``hybrid`` mode they are fused scores (DBSF: each ranker's scores scaled to 0..1 by
   their mean +/- 3 standard deviations, then averaged over the rankers and capped at 1: a ranker's
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -44,15 +44,26 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memory_core.core.errors import MemorySetNotFound
-from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope, SearchMode
+from memory_core.core.messages import BrowseQuery, Explained
+from memory_core.core.models import DatetimeRange, FactInfo, MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.stores import lexical
+
+# The BM25 model lives in ``lexical``; its names stay importable from here, where the stores have always found them.
+SPARSE_TEXT, SPARSE_CONTEXT, SPARSE_NAMES = lexical.SPARSE_TEXT, lexical.SPARSE_CONTEXT, lexical.SPARSE_NAMES
+BM25_AVG_LEN, BM25_B, CONTEXT_WORDS = lexical.BM25_AVG_LEN, lexical.BM25_B, lexical.CONTEXT_WORDS
+LEXICAL = lexical.LEXICAL
+Lexical = lexical.Lexical
+SparseVector = lexical.SparseVector
 
 # Fixed forever: changing it would orphan every stored point.
 _POINT_NAMESPACE = uuid.UUID("6f1b7e1c-3f51-4f7e-9d39-4a7d0f3c2b10")
 
-ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash")
-"""Keyword payload fields every adapter indexes (``namespace`` as the tenant field)."""
+ITEM_INDEX_FIELDS = ("namespace", "key", "set", "item_id", "text_hash", "compacted_from")
+"""Keyword payload fields every adapter indexes (``namespace`` as the tenant field; ``compacted_from`` so a browse
+tells summaries from the rest by whether it is empty, from the index)."""
 NUMERIC_INDEX_FIELDS = (
+    "created_start",
     "expires_at",
     "last_accessed_time",
     "importance",
@@ -61,10 +72,13 @@ NUMERIC_INDEX_FIELDS = (
     "tombstone",
     "keep_until",
     "owed",
+    "superseded",
 )
-"""Numeric payload fields indexed for expiry, LRU, importance, insertion order, tombstones and a reindex's owed
-copies (0/1 flags)."""
-INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone", "owed"})
+"""Numeric payload fields indexed for creation time, expiry, LRU, importance, insertion order (a browse orders by
+these five), tombstones, a reindex's owed copies and superseded facts (0/1 flags). A store opened over a collection
+made before a field was added gets its index then; points written before it lack the field, which a ``must_not``
+on ``field == 1`` lets through."""
+INTEGER_INDEX_FIELDS = frozenset({"pinned", "seq", "tombstone", "owed", "superseded"})
 
 TOMBSTONE_TTL = 7 * 24 * 3600.0
 """How long a tombstone outlives its delete by default (``MEMORY_QDRANT__TOMBSTONE_TTL``)."""
@@ -72,9 +86,6 @@ CONDITIONAL_BATCH = 256
 """Points per compare-and-set write on a server: it checks each existing point against one clause per
 point of the call (``seq`` equal to what was read, by id), so the check grows with the square of the batch."""
 
-SPARSE_TEXT = "bm25"
-SPARSE_CONTEXT = "bm25_ctx"
-SPARSE_NAMES = (SPARSE_TEXT, SPARSE_CONTEXT)
 LEXICAL_FLOOR = 0.5
 """The BM25 score (IDF-weighted) a lexical candidate needs to take part in a search. Scores sum the IDF of
 the matched words, so this keeps out items that match only words most items share ("Alice" in every fact
@@ -95,77 +106,6 @@ scratch replica of hybrid search (within 0.003 of ``ops/eval``): 1, 1.5 and 2 ra
 3 starts to lose (LongMemEval R@5 0.799 -> 0.788)."""
 PREFETCH = 50
 """Candidates each ranker contributes to a fused search (measured: 20, 50 and 100 rank alike)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SparseVector:
-    """Non-zero dimensions of a sparse vector (BM25 term weights by token id)."""
-
-    indices: tuple[int, ...]
-    values: tuple[float, ...]
-
-
-BM25_AVG_LEN = 96.0
-"""The document length (in words kept after stopwords) that BM25 normalizes term weights to. The model's
-default, 256, is longer than nearly any memory item, so a long item (an assistant's reply of 300 words)
-was barely penalized for its length and outranked the short turn that holds the fact. Chat turns average
-13 words in LoCoMo and 121 in LongMemEval; one fixed length keeps weights independent of the corpus.
-Measured through ``ops/eval`` in hybrid search (R@5 / MRR), 256 -> 96 with ``BM25_B``: LongMemEval dev
-0.747 / 0.658 -> 0.798 / 0.730, LoCoMo dev 0.653 / 0.549 -> 0.644 / 0.540 (48-128 with b 0.9-1.0 is a plateau)."""
-BM25_B = 0.9
-"""How fully BM25 normalizes for document length (0 none, 1 full; the model's default is 0.75)."""
-
-
-class Lexical:
-    """BM25 term weights from Qdrant's own BM25 model (``qdrant_edge.Bm25``: English, stemmed, stopwords).
-
-    Documents get BM25 term-frequency weights, length-normalized to ``BM25_AVG_LEN`` words; queries get
-    1.0 per token. The engine applies IDF at query time (the ``Idf`` modifier), so nothing here depends
-    on the rest of the corpus. Changing these weights changes the store's layout (``LAYOUT``).
-    """
-
-    def __init__(self) -> None:
-        self._model: Any = None  # built on first use: the module is imported where no engine is installed
-        self._lock = threading.Lock()  # the model is shared by the worker's threads
-
-    def document(self, text: str) -> SparseVector:
-        with self._lock:
-            vector = self._bm25().embed_document(text)
-        return SparseVector(tuple(vector.indices), tuple(vector.values))
-
-    def query(self, text: str) -> SparseVector:
-        with self._lock:
-            vector = self._bm25().embed_query(text)
-        return SparseVector(tuple(vector.indices), tuple(vector.values))
-
-    def _bm25(self) -> Any:
-        # The stores package also holds what the CLI and admin use on disk (sparse copies, the store's
-        # owner lock), and a client-only install has no engine: import it when a model is first needed.
-        if self._model is None:
-            import qdrant_edge as qe
-
-            self._model = qe.Bm25(qe.Bm25Config(avg_len=BM25_AVG_LEN, b=BM25_B))
-        return self._model
-
-    def item_vectors(self, text: str, previous: Sequence[str]) -> dict[str, SparseVector]:
-        """The two sparse vectors of an item: its text, and its text after the ends of its ``previous`` items'."""
-        plain = self.document(text)
-        context = self.document("\n".join([*(_tail(p) for p in previous), text])) if previous else plain
-        return {SPARSE_TEXT: plain, SPARSE_CONTEXT: context}
-
-
-CONTEXT_WORDS = 40
-"""Words of each previous item that go into an item's context: the end of a turn is what leads to the next,
-and a long turn's whole text would drown the item's own words."""
-
-
-def _tail(text: str) -> str:
-    words = text.split()
-    return text if len(words) <= CONTEXT_WORDS else " ".join(words[-CONTEXT_WORDS:])
-
-
-LEXICAL = Lexical()
-"""The process-wide BM25 model."""
 
 
 def item_text(value: object) -> str:
@@ -262,6 +202,7 @@ def to_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
         "pinned": int(item.pinned),
         "expires_at": None if item.expires_at is None else _ts(item.expires_at),
         "text_hash": text_hash(item.value),
+        **fact_payload(item.fact),
     }
 
 
@@ -285,6 +226,21 @@ def lifecycle_payload(item: MemorySetItem) -> dict[str, Any]:
     }
 
 
+def fact_payload(fact: FactInfo | None) -> dict[str, Any]:
+    """The payload fields of an item's fact (for ``set_fields``), as ``to_payload`` writes them: the fact, and
+    ``superseded``, the flag searches leave out by default (an int like ``pinned``: the embedded engine cannot
+    match booleans). Write both together, so the flag never disagrees with the fact's ``valid_to``."""
+    return {
+        "fact": None if fact is None else fact.model_dump(mode="json"),
+        "superseded": int(fact is not None and not fact.live),
+    }
+
+
+def is_superseded(payload: Mapping[str, Any]) -> bool:
+    """Whether a stored payload is a fact that formation superseded (a payload of before facts is not)."""
+    return bool(payload.get("superseded"))
+
+
 def from_payload(payload: Mapping[str, Any], score: float | None = None) -> MemorySetItem:
     """Rebuilds the item a payload was made from (``to_payload``'s inverse)."""
     start, end = _dt(payload["created_start"]), _dt(payload["created_end"])
@@ -305,6 +261,7 @@ def from_payload(payload: Mapping[str, Any], score: float | None = None) -> Memo
             "expires_at": None if payload.get("expires_at") is None else _dt(payload["expires_at"]),
             "seq": payload["seq"],
             "score": score,
+            "fact": payload.get("fact"),  # validated into a FactInfo; absent from payloads of before facts
         }
     )
 
@@ -431,20 +388,25 @@ HYBRID_RANKERS = 1 + len(SPARSE_NAMES)
 """The rankers a ``hybrid`` search fuses: dense, then each lexical ranker near-tie broken by cosine."""
 
 
+def dbsf_scaled(scores: Sequence[float]) -> list[float]:
+    """One ranking's scores as DBSF scales them: to about 0..1 by their mean +/- 3 sample standard deviations
+    (a ranking of one, or of equal scores, scores 0.5)."""
+    scaled = [0.5] * len(scores)
+    if len(scores) > 1:
+        # Plain floats: ``statistics.stdev`` is exact (fractions), ~20x slower, for no ranking difference.
+        mean = math.fsum(scores) / len(scores)
+        spread = 3 * math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
+        if spread > 0:
+            scaled = [(s - mean + spread) / (2 * spread) for s in scores]
+    return scaled
+
+
 def dbsf(rankings: Sequence[Ranking]) -> Ranking:
-    """Distribution-based score fusion, as the engine computes it: each ranking's scores scaled to about
-    0..1 by its mean +/- 3 sample standard deviations (a ranking of one scores 0.5), then summed per point."""
+    """Distribution-based score fusion, as the engine computes it: each ranking's scores scaled
+    (``dbsf_scaled``), then summed per point."""
     fused: dict[PointKey, float] = {}
     for ranking in rankings:
-        scores = [score for _, score in ranking]
-        scaled = [0.5] * len(scores)
-        if len(scores) > 1:
-            # Plain floats: ``statistics.stdev`` is exact (fractions), ~20x slower, for no ranking difference.
-            mean = math.fsum(scores) / len(scores)
-            spread = 3 * math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / (len(scores) - 1))
-            if spread > 0:
-                scaled = [(s - mean + spread) / (2 * spread) for s in scores]
-        for (point, _), value in zip(ranking, scaled, strict=True):
+        for (point, _), value in zip(ranking, dbsf_scaled([score for _, score in ranking]), strict=True):
             fused[point] = fused.get(point, 0.0) + value
     # Best first; exact ties (items of the same text and vector) by point id, so a search answers alike each time.
     return sorted(fused.items(), key=lambda fused_point: (-fused_point[1], fused_point[0]))
@@ -538,12 +500,44 @@ class VectorStore(Protocol):
         *,
         text: str | None = None,
         mode: SearchMode = "dense",
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
         """The ``limit`` items most relevant to the query whose metadata match ``filters``; best first.
 
         ``dense``: nearest to ``vector`` (cosine). ``lexical``: BM25 of ``text`` over the item and its
         context, fused. ``hybrid``: all three rankers fused by distribution-based score fusion (DBSF).
+        Facts that formation superseded (``superseded`` 1) are left out, in every mode and before the ``limit``
+        is taken, unless ``include_superseded``; ``retrieve`` and ``list_items`` return them regardless.
         """
+        ...
+
+    def explain(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str,
+        mode: SearchMode = "hybrid",
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        """``search``'s hits (the same items, order and scores), each with every ranker's raw score and scaled part
+        (``core.messages.Explained``); in ``lexical`` mode the two rankers are fused here rather than in the engine,
+        so hits of exactly equal scores may come in another order."""
+        ...
+
+    def page_items(
+        self, scope: Scope, query: BrowseQuery, cursor: str | None, limit: int
+    ) -> tuple[list[MemorySetItem], str | None]:
+        """Up to ``limit`` visible items of the set that ``query`` lists (superseded facts included), in its order,
+        after ``cursor`` (a cursor this returned, for this set and order; None: the first page); and the cursor of
+        the next page, None after the last. A cursor that is not one, or of another set or order, is refused with
+        ``InvalidRequestError``. Each page costs about what its own items cost, however deep (``stores.paging``)."""
+        ...
+
+    def count_matching(self, scope: Scope, query: BrowseQuery) -> int:
+        """How many visible items of the set ``query`` lists (exact)."""
         ...
 
     def count(self, scope: Scope) -> int:

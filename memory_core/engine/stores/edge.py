@@ -16,17 +16,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 import qdrant_edge as qe
 
-from memory_core.core.errors import StoreError, TransientStoreError
+from memory_core.core.errors import StoreError
 from memory_core.core.files import copy_tree_sparse
+from memory_core.core.messages import BrowseQuery, Explained
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.store_owner import StoreOwner
 from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.stores import edge_filters, edge_shards
 from memory_core.engine.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
@@ -61,6 +62,20 @@ from memory_core.engine.stores.base import (
     tombstone_payload,
     with_context,
 )
+from memory_core.engine.stores.edge_filters import OWED as _OWED
+from memory_core.engine.stores.edge_filters import TOMBSTONE as _TOMBSTONE
+from memory_core.engine.stores.edge_filters import bound, browse_filters, searched
+from memory_core.engine.stores.edge_filters import sweepable as _sweepable
+from memory_core.engine.stores.edge_filters import visible_in as _visible_in
+from memory_core.engine.stores.edge_shards import (
+    SCROLL_PAGE,
+    holds_data,
+    holds_points,
+    items_config,
+    open_shard,
+    registry_config,
+    translated,
+)
 from memory_core.engine.stores.fingerprints import (
     FINGERPRINT_RECORD,
     META_SUFFIX,
@@ -69,70 +84,28 @@ from memory_core.engine.stores.fingerprints import (
     record_point,
     settle_fingerprint,
 )
-from memory_core.engine.stores.migration import KEY_FIELDS, layout_source, migrate_spilled, spill_layout
+from memory_core.engine.stores.migration import layout_source, migrate_spilled, spill_layout
+from memory_core.engine.stores.paging import (
+    TEXT_INDEX_FIELDS,
+    Bound,
+    Payload,
+    Scroll,
+    browse_page,
+    explained,
+    explained_dense,
+    hybrid_parts,
+    keyset_page,
+    lexical_parts,
+    union,
+)
 
 logger = logging.getLogger(__name__)
 
-DENSE = "dense"
+DENSE = edge_shards.DENSE
 SPILL_SUFFIX = "__migration.spill"
 """The file beside the shards that a layout migration reads the old shard into (``stores.migration``)."""
-_SCROLL_PAGE = 1_000
-_TRANSIENT_MARKERS = ("WouldBlock", "timed out", "Timeout", "temporarily")
-
-
-@contextmanager
-def _translated(operation: str) -> Iterator[None]:
-    try:
-        yield
-    except (StoreError, ValueError, TypeError):
-        raise
-    except Exception as exc:  # qdrant_edge raises bare Exception; translate at the boundary
-        message = f"embedded Qdrant {operation} failed: {exc}"
-        if any(marker in str(exc) for marker in _TRANSIENT_MARKERS):
-            raise TransientStoreError(message) from exc
-        raise StoreError(message) from exc
-
-
-def _scope_filter(namespace: str, key: str, set_name: str | None = None) -> list[qe.FieldCondition]:
-    conditions = [
-        qe.FieldCondition(key="namespace", match=qe.MatchValue(namespace)),
-        qe.FieldCondition(key="key", match=qe.MatchValue(key)),
-    ]
-    if set_name is not None:
-        conditions.append(qe.FieldCondition(key="set", match=qe.MatchValue(set_name)))
-    return conditions
-
-
-def _expired(now: float) -> qe.Filter:
-    """Matches items past their expiry that are not pinned; reads put it in ``must_not``."""
-    return qe.Filter(
-        must=[
-            qe.FieldCondition(key="expires_at", range=qe.RangeFloat(lt=now)),
-            qe.FieldCondition(key="pinned", match=qe.MatchValue(0)),
-        ]
-    )
-
-
-_TOMBSTONE = qe.FieldCondition(key="tombstone", match=qe.MatchValue(1))
-_OWED = qe.Filter(must=[qe.FieldCondition(key="owed", match=qe.MatchValue(1))])
-
-
-def _sweepable(now: float) -> qe.Filter:
-    """What the TTL sweep deletes: expired, unpinned items, and tombstones past ``keep_until``."""
-    return qe.Filter(must=[_expired(now)], must_not=[qe.FieldCondition(key="keep_until", range=qe.RangeFloat(gte=now))])
-
-
-def _visible_in(namespace: str, key: str, set_name: str) -> qe.Filter:
-    return qe.Filter(must=list(_scope_filter(namespace, key, set_name)), must_not=[_expired(time.time())])
-
-
-def _metadata_conditions(filters: Mapping[str, Any]) -> list[qe.FieldCondition | qe.Filter]:
-    conditions: list[qe.FieldCondition | qe.Filter] = []
-    for name, expected in filters.items():
-        values = expected if isinstance(expected, list) else [expected]
-        alternatives = [qe.FieldCondition(key=f"metadata.{name}", match=qe.MatchValue(v)) for v in values]
-        conditions.append(alternatives[0] if len(alternatives) == 1 else qe.Filter(should=list(alternatives)))
-    return conditions
+_EarlierShard = edge_shards.EarlierShard
+_scope_filter, _expired = edge_filters.scope_filter, edge_filters.expired
 
 
 def _keyed(hits: Sequence[qe.ScoredPoint], ids: dict[int, Any]) -> list[tuple[int, float]]:
@@ -147,85 +120,6 @@ def _keyed(hits: Sequence[qe.ScoredPoint], ids: dict[int, Any]) -> list[tuple[in
 
 def _sparse(vector: SparseVector) -> qe.SparseVector:
     return qe.SparseVector(list(vector.indices), list(vector.values))
-
-
-def _items_config(dimension: int) -> qe.EdgeConfig:
-    # float16 halves the dense vectors' memory, and so the cache misses of a search over a large set
-    # (measured at 100k items: hybrid query 4.8 -> 3.8 ms). Cosine ranking is unchanged to ~1e-3.
-    dense = qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine, datatype=qe.VectorStorageDatatype.Float16)
-    # IDF is applied by the engine at query time, over what the shard holds.
-    sparse = {name: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf) for name in SPARSE_NAMES}
-    return qe.EdgeConfig(vectors={DENSE: dense}, sparse_vectors=sparse)
-
-
-def _registry_config() -> qe.EdgeConfig:
-    """A shard of records, not vectors (set definitions, the fingerprint): one constant 1-d vector each."""
-    return qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=1, distance=qe.Distance.Dot)})
-
-
-def _holds_data(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
-
-
-def _holds_points(path: Path) -> bool:
-    with _translated(f"open of {path}"):
-        shard = qe.EdgeShard.load(str(path))
-        try:
-            records, _ = shard.scroll(qe.ScrollRequest(limit=1, with_payload=False, with_vector=False))
-            return bool(records)
-        finally:
-            shard.close()
-
-
-def _open_shard(path: Path, config: qe.EdgeConfig) -> qe.EdgeShard:
-    path.mkdir(parents=True, exist_ok=True)
-    with _translated(f"open of {path}"):
-        if _holds_data(path):
-            # A shard keeps the configuration it was created with (e.g. float32 vectors from before
-            # float16 became the default): the engine refuses to load it under a different one.
-            return qe.EdgeShard.load(str(path))
-        return qe.EdgeShard.create(str(path), config)
-
-
-class _EarlierShard:
-    """The items shard of an earlier layout, read by a migration (``stores.migration.EarlierLayout``)."""
-
-    def __init__(self, path: Path, dimension: int) -> None:
-        self._path = path
-        # A shard of an earlier layout loads with the configuration it was made with; this one is for an empty directory.
-        config = qe.EdgeConfig(vectors={DENSE: qe.EdgeVectorParams(size=dimension, distance=qe.Distance.Cosine)})
-        self._shard = _open_shard(path, config)
-
-    @property
-    def name(self) -> str:
-        return self._path.name
-
-    def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        offset: Any = None
-        while True:
-            request = qe.ScrollRequest(
-                offset=offset, limit=_SCROLL_PAGE, with_payload=list(KEY_FIELDS), with_vector=False
-            )
-            with _translated("migration scroll"):
-                records, offset = self._shard.scroll(request)
-            yield from ((str(r.id), r.payload) for r in records if r.payload is not None)
-            if offset is None:
-                return
-
-    def points(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], list[float] | None]]:
-        with _translated("migration read"):
-            records = self._shard.retrieve(list(ids), with_payload=True, with_vector=[DENSE])
-        found: dict[str, tuple[dict[str, Any], list[float] | None]] = {}
-        for r in records:
-            payload, vectors = r.payload, r.vector  # each read of these converts the engine's record anew
-            dense = vectors.get(DENSE) if isinstance(vectors, dict) else None
-            if payload is not None:
-                found[str(r.id)] = (dict(payload), cast(list[float], dense) if isinstance(dense, list) else None)
-        return found
-
-    def close(self) -> None:
-        with _translated("close"):
-            self._shard.close()
 
 
 class EdgeVectorStore:
@@ -258,7 +152,7 @@ class EdgeVectorStore:
         self._meta: qe.EdgeShard | None = None
         try:
             self._meta_dir = path / (meta or f"{collection}{META_SUFFIX}")
-            self._meta = _open_shard(self._meta_dir, _registry_config())
+            self._meta = open_shard(self._meta_dir, registry_config())
             # A reindexed store's items may live in a collection other than the model's default name.
             self._collection = settle_fingerprint(self, fingerprint, legacy or {}) or collection
             self._open(path, self._collection, dimension, earlier)
@@ -294,24 +188,24 @@ class EdgeVectorStore:
         return found
 
     def read_record(self, name: str) -> dict[str, Any] | None:
-        with _translated("record read"):
+        with translated("record read"):
             records = self._shard_meta().retrieve([record_point(name)], with_payload=True, with_vector=False)
         return dict(records[0].payload) if records and records[0].payload else None
 
     def write_record(self, name: str, payload: Mapping[str, Any]) -> None:
         point = qe.Point(record_point(name), {DENSE: [1.0]}, dict(payload))
         self._update(self._shard_meta(), qe.UpdateOperation.upsert_points([point]), "record write")
-        with self._write_lock, _translated("record flush"):
+        with self._write_lock, translated("record flush"):
             self._shard_meta().flush()  # a record the next open must find, whatever happens to this process
 
     def scan(self, start: str, stop: str | None, limit: int) -> tuple[list[RawPoint], str | None]:
         request = qe.ScrollRequest(offset=start, limit=limit, with_payload=True, with_vector=list(SPARSE_NAMES))
-        with _translated("scan"):
+        with translated("scan"):
             records, offset = self._items.scroll(request)
         return scanned_page(((r.id, r.payload, r.vector) for r in records), offset, stop)
 
     def versions(self, ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
-        with _translated("retrieve"):
+        with translated("retrieve"):
             held = self._items.retrieve(list(ids), with_payload=["seq", "tombstone"], with_vector=False)
         return {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
 
@@ -331,7 +225,7 @@ class EdgeVectorStore:
     def raw_points(self, ids: Sequence[str]) -> dict[str, RawPoint]:
         if not ids:
             return {}
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._items.retrieve(list(ids), with_payload=True, with_vector=list(SPARSE_NAMES))
         points, _ = scanned_page(((r.id, r.payload, r.vector) for r in records), None, None)
         return {point.id: point for point in points}
@@ -348,18 +242,18 @@ class EdgeVectorStore:
             self._write_newer(placeholders, deleting=False)
 
     def owed(self, limit: int) -> list[str]:
-        with _translated("scroll"):
+        with translated("scroll"):
             records, _ = self._items.scroll(qe.ScrollRequest(limit=limit, filter=_OWED, with_payload=False))
         return [str(r.id) for r in records]
 
     def owed_count(self) -> int:
-        with _translated("count"):
+        with translated("count"):
             return int(self._items.count(qe.CountRequest(exact=True, filter=_OWED)))
 
     def remove_unchanged(self, held: Mapping[str, int]) -> int:
         if not held:
             return 0
-        with self._write_lock, _translated("delete"):
+        with self._write_lock, translated("delete"):
             records = self._items.retrieve(list(held), with_payload=["seq"], with_vector=False)
             doomed: list[Any] = [r.id for r in records if r.payload and int(r.payload["seq"]) == held[str(r.id)]]
             if doomed:
@@ -371,17 +265,17 @@ class EdgeVectorStore:
         return {name: _sparse(vector) for name, vector in point.sparse.items()}
 
     def point_count(self) -> int:
-        with _translated("count"):
+        with translated("count"):
             return int(self._items.count(qe.CountRequest(exact=True)))
 
     def holds_collection(self, name: str) -> bool:
         """Whether the store's directory holds a shard of this name with data."""
-        return _holds_data(self._path / name)
+        return holds_data(self._path / name)
 
     def filled_collections(self) -> list[str]:
         """The shards of the store's directory, but its metadata, that hold a point (``settle_fingerprint``)."""
-        shards = [d for d in sorted(self._path.iterdir()) if d != self._meta_dir and d.is_dir() and _holds_data(d)]
-        return [shard.name for shard in shards if _holds_points(shard)]
+        shards = [d for d in sorted(self._path.iterdir()) if d != self._meta_dir and d.is_dir() and holds_data(d)]
+        return [shard.name for shard in shards if holds_points(shard)]
 
     def recorded_fingerprint(self) -> EmbedderFingerprint | None:
         return fingerprint_from_payload(self.read_record(FINGERPRINT_RECORD), str(self._meta_dir))
@@ -399,8 +293,8 @@ class EdgeVectorStore:
         self._items_dir, self._sets_dir = path / collection, path / f"{collection}__sets"
         # Decided (and recorded) before the shards are created: a kill right after still resumes the migration.
         source = layout_source(self, collection, earlier, fresh=fresh) if earlier else None
-        self._items = _open_shard(path / collection, _items_config(dimension))
-        self._sets = _open_shard(path / f"{collection}__sets", _registry_config())
+        self._items = open_shard(path / collection, items_config(dimension))
+        self._sets = open_shard(path / f"{collection}__sets", registry_config())
         for shard in (self._items, self._sets):
             self._index(shard)
         if source is None:
@@ -416,7 +310,7 @@ class EdgeVectorStore:
 
     def _index(self, shard: qe.EdgeShard) -> None:
         existing = shard.info().payload_schema
-        with _translated("payload index creation"):
+        with translated("payload index creation"):
             for field in ITEM_INDEX_FIELDS:
                 if field not in existing:
                     params = qe.KeywordIndexParams(is_tenant=field == "namespace")
@@ -426,6 +320,10 @@ class EdgeVectorStore:
                     integer = field in INTEGER_INDEX_FIELDS
                     schema = qe.PayloadSchemaType.Integer if integer else qe.PayloadSchemaType.Float
                     shard.update(qe.UpdateOperation.create_field_index(field, schema))
+            for field in TEXT_INDEX_FIELDS:  # a browse's ``contains``: words, lower-cased
+                if field not in existing:
+                    words = qe.TextIndexParams(tokenizer=qe.TokenizerType.Word, lowercase=True)
+                    shard.update(qe.UpdateOperation.create_field_index(field, words))
 
     def _migrate(self, source: str, dimension: int) -> None:
         """Fills this store from the shards of an earlier layout (``stores.migration``), or finishes doing so.
@@ -437,7 +335,7 @@ class EdgeVectorStore:
         registry = self._path / f"{source}__sets"
         definitions: list[dict[str, Any]] = []
         if registry.is_dir():
-            old_sets = _open_shard(registry, _registry_config())
+            old_sets = open_shard(registry, registry_config())
             try:
                 definitions = list(self._scroll(old_sets, None))
             finally:
@@ -463,7 +361,7 @@ class EdgeVectorStore:
 
     def _reload_items(self) -> None:
         """Loads the items shard again (a long migration's copy: see ``migrate_spilled``)."""
-        with self._write_lock, _translated("shard reload"):
+        with self._write_lock, translated("shard reload"):
             self._items.flush()
             self._items.close()
             self._items = qe.EdgeShard.load(str(self._items_dir))
@@ -477,7 +375,7 @@ class EdgeVectorStore:
         return str(self._path.resolve())
 
     def _update(self, shard: qe.EdgeShard, operation: qe.UpdateOperation, what: str) -> None:
-        with self._write_lock, _translated(what):
+        with self._write_lock, translated(what):
             shard.update(operation)
 
     def upsert(self, scope: Scope, records: Sequence[ItemRecord], *, context_window: int = 0) -> None:
@@ -504,7 +402,7 @@ class EdgeVectorStore:
         This process owns the shard and every write holds the lock, so reading what is stored and writing
         cannot be interleaved by another writer.
         """
-        with self._write_lock, _translated("delete" if deleting else "upsert"):
+        with self._write_lock, translated("delete" if deleting else "upsert"):
             held = self._items.retrieve(list(points), with_payload=["seq", "tombstone"], with_vector=False)
             stored = {str(r.id): (int(r.payload["seq"]), bool(r.payload.get("tombstone"))) for r in held if r.payload}
             wanted = due(stored, {pid: seq for pid, (seq, _) in points.items()}, deleting=deleting)
@@ -521,13 +419,13 @@ class EdgeVectorStore:
             with_payload=True,
             order_by=qe.OrderBy("seq", direction=qe.Direction.Desc),
         )
-        with _translated("scroll"):
+        with translated("scroll"):
             records, _ = self._items.scroll(request)
         return previous_texts([r.payload for r in records if r.payload is not None], before_seq, count)
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
         ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._items.retrieve(ids, with_payload=True, with_vector=False)
         now = time.time()
         # The point id already encodes the scope; checking the payload too costs nothing and guards the invariant.
@@ -541,8 +439,8 @@ class EdgeVectorStore:
     def _scroll(self, shard: qe.EdgeShard, scroll_filter: qe.Filter | None) -> Iterator[dict[str, Any]]:
         offset: Any = None
         while True:
-            request = qe.ScrollRequest(offset=offset, limit=_SCROLL_PAGE, filter=scroll_filter, with_payload=True)
-            with _translated("scroll"):
+            request = qe.ScrollRequest(offset=offset, limit=SCROLL_PAGE, filter=scroll_filter, with_payload=True)
+            with translated("scroll"):
                 records, offset = shard.scroll(request)
             for record in records:
                 if record.payload is not None:
@@ -563,9 +461,9 @@ class EdgeVectorStore:
         *,
         text: str | None = None,
         mode: SearchMode = "dense",
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
-        must: list[Any] = [*_scope_filter(*scope), *_metadata_conditions(filters)]
-        visible = qe.Filter(must=must, must_not=[_expired(time.time())])
+        visible = searched(scope, filters, include_superseded)
         dense = qe.Query.Nearest(list(map(float, vector)), using=DENSE)
         rankers = 1
         if mode == "dense" or not text or not text.strip():
@@ -592,7 +490,7 @@ class EdgeVectorStore:
                 filter=visible,
                 with_payload=True,
             )
-        with _translated("search"):
+        with translated("search"):
             hits = self._items.query(request)
         # A fused score is a sum over the rankers, each scaled to about 0..1: report their mean, capped at 1.
         return [from_payload(h.payload, score=min(1.0, h.score / rankers)) for h in hits if h.payload is not None]
@@ -600,31 +498,105 @@ class EdgeVectorStore:
     def _hybrid(self, dense: Any, words: qe.SparseVector, visible: qe.Filter, limit: int) -> list[MemorySetItem]:
         """Each ranker's candidates in one batch (each lexical ranker evaluated once), their cosines, then the
         fused best with their payloads: ``fused_hybrid``."""
+        dense_ranking, lexical, cosines, ids = self._rankings(dense, words, visible, limit)
+        best = fused_hybrid(dense_ranking, lexical, cosines, limit)
+        return fused_items(best, self._payloads(ids, [point for point, _ in best]))
+
+    def _rankings(
+        self, dense: Any, words: qe.SparseVector, visible: qe.Filter, limit: int, *, lexical_only: bool = False
+    ) -> tuple[list[tuple[int, float]], list[list[tuple[int, float]]], dict[int, float], dict[int, Any]]:
+        """The dense and lexical rankings of a hybrid search (keyed by the int of each point's UUID), the lexical
+        candidates' cosines, and the UUID of each int. ``lexical_only``: the lexical rankings alone."""
         depth = max(PREFETCH, limit)
-        rankers = [qe.QueryRequest(limit=depth, query=dense, filter=visible)] + [
+        rankers = [] if lexical_only else [qe.QueryRequest(limit=depth, query=dense, filter=visible)]
+        rankers += [
             qe.QueryRequest(
                 limit=depth, query=qe.Query.Nearest(words, using=name), filter=visible, score_threshold=LEXICAL_FLOOR
             )
             for name in SPARSE_NAMES
         ]
-        with _translated("search"):
-            dense_hits, *lexical_hits = self._items.query_batch(qe.QueryBatchRequest(rankers))
+        with translated("search"):
+            hits = self._items.query_batch(qe.QueryBatchRequest(rankers))
             # Each read of ``hit.id`` builds a UUID, whose hash is Python code: read it once and key by its int.
             ids: dict[int, Any] = {}
-            dense_ranking, *lexical = [_keyed(hits, ids) for hits in [dense_hits, *lexical_hits]]
+            rankings = [_keyed(ranker_hits, ids) for ranker_hits in hits]
+            dense_ranking, lexical = ([], rankings) if lexical_only else (rankings[0], rankings[1:])
             candidates = {point for ranking in lexical for point, _ in ranking}
             cosines: dict[int, float] = {}
-            if candidates:
+            if candidates and not lexical_only:
                 # Exact: the filter holds at most ``depth`` ids a lexical ranker, so no index walk.
                 only = qe.Filter(must=[qe.HasIdCondition({ids[point] for point in candidates})])
                 rescored = self._items.query(qe.QueryRequest(limit=len(candidates), query=dense, filter=only))
                 cosines = dict(_keyed(rescored, {}))
-            best = fused_hybrid(dense_ranking, lexical, cosines, limit)
-            records = self._items.retrieve([ids[point] for point, _ in best], with_payload=True, with_vector=False)
-        return fused_items(best, {cast(uuid.UUID, record.id).int: record.payload for record in records})
+        return dense_ranking, lexical, cosines, ids
+
+    def _payloads(self, ids: Mapping[int, Any], points: Sequence[int]) -> dict[int, dict[str, Any] | None]:
+        with translated("retrieve"):
+            records = self._items.retrieve([ids[point] for point in points], with_payload=True, with_vector=False)
+        return {cast(uuid.UUID, record.id).int: record.payload for record in records}
+
+    def explain(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str,
+        mode: SearchMode = "hybrid",
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        if mode == "dense" or not text.strip():
+            return explained_dense(self.search(scope, vector, limit, filters, include_superseded=include_superseded))
+        visible = searched(scope, filters, include_superseded)
+        dense = qe.Query.Nearest(list(map(float, vector)), using=DENSE)
+        words = _sparse(LEXICAL.query(text))
+        dense_ranking, lexical, cosines, ids = self._rankings(
+            dense, words, visible, limit, lexical_only=mode != "hybrid"
+        )
+        best = (
+            hybrid_parts(dense_ranking, lexical, cosines, limit) if mode == "hybrid" else lexical_parts(lexical, limit)
+        )
+        return explained(best, self._payloads(ids, [point for point, _ in best]))
+
+    def page_items(
+        self, scope: Scope, query: BrowseQuery, cursor: str | None, limit: int
+    ) -> tuple[list[MemorySetItem], str | None]:
+        scroll = union([self._ordered(browse) for browse in browse_filters(*scope, query, time.time())])
+        return browse_page(
+            scope,
+            query,
+            cursor,
+            limit,
+            lambda field, after, count: keyset_page(scroll, field, query.descending, after, count),
+        )
+
+    def _ordered(self, browse: qe.Filter) -> Scroll:
+        def scroll(
+            bounds: Sequence[Bound], order: str, descending: bool, start: int | None, count: int
+        ) -> list[Payload]:
+            direction = qe.Direction.Desc if descending else qe.Direction.Asc
+            request = qe.ScrollRequest(
+                limit=count,
+                filter=qe.Filter(must=[browse, *map(bound, bounds)]),
+                with_payload=True,
+                order_by=qe.OrderBy(order, direction=direction, start_from=start),
+            )
+            with translated("browse"):
+                records, _ = self._items.scroll(request)
+            return [record.payload for record in records if record.payload is not None]
+
+        return scroll
+
+    def count_matching(self, scope: Scope, query: BrowseQuery) -> int:
+        with translated("count"):
+            return sum(
+                int(self._items.count(qe.CountRequest(exact=True, filter=browse)))
+                for browse in browse_filters(*scope, query, time.time())
+            )
 
     def count(self, scope: Scope) -> int:
-        with _translated("count"):
+        with translated("count"):
             return self._items.count(qe.CountRequest(exact=True, filter=_visible_in(*scope)))
 
     def set_fields(
@@ -660,7 +632,7 @@ class EdgeVectorStore:
         if key is not None:
             conditions.append(qe.FieldCondition(key="key", match=qe.MatchValue(key)))
         scope_filter = qe.Filter(must=list(conditions))
-        with _translated("count"):
+        with translated("count"):
             items = self._items.count(
                 qe.CountRequest(exact=True, filter=qe.Filter(must=[scope_filter], must_not=[_TOMBSTONE]))
             )
@@ -671,7 +643,7 @@ class EdgeVectorStore:
 
     def delete_expired(self, now: float, limit: int) -> int:
         expired = _sweepable(now)
-        with _translated("count"):
+        with translated("count"):
             due = self._items.count(qe.CountRequest(exact=True, filter=expired))
         if due == 0:
             return 0
@@ -679,7 +651,7 @@ class EdgeVectorStore:
             self._update(self._items, qe.UpdateOperation.delete_points_by_filter(expired), "expiry delete")
             return due
         request = qe.ScrollRequest(limit=limit, filter=expired, with_payload=False)
-        with _translated("scroll"):
+        with translated("scroll"):
             records, _ = self._items.scroll(request)
         ids: list[Any] = [r.id for r in records]
         self._update(self._items, qe.UpdateOperation.delete_points(ids), "expiry delete")
@@ -708,7 +680,7 @@ class EdgeVectorStore:
         self._update(self._sets, qe.UpdateOperation.upsert_points([point]), "set registry write")
 
     def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
-        with _translated("set registry read"):
+        with translated("set registry read"):
             records = self._sets.retrieve(
                 [set_point_id(namespace, key, set_name)], with_payload=True, with_vector=False
             )
@@ -741,7 +713,7 @@ class EdgeVectorStore:
 
     def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
         ids: list[Any] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._items.retrieve(ids, with_payload=True, with_vector=True)
         found: dict[str, list[float]] = {}
         for r in records:
@@ -761,7 +733,7 @@ class EdgeVectorStore:
                 (self._shard_meta(), self._meta_dir),
             )
             for shard, directory in shards:
-                with _translated("flush"):
+                with translated("flush"):
                     shard.flush()
                 copy_tree_sparse(directory, target / directory.name, skip="*.lock")
                 copied.append(str(target / directory.name))
@@ -769,7 +741,7 @@ class EdgeVectorStore:
 
     def optimize(self) -> bool:
         # Writes wait while the optimizer swaps segments; reads go on. Seconds per 50k new points (DESIGN).
-        with _translated("optimize"):
+        with translated("optimize"):
             return bool(self._items.optimize())
 
     def close(self) -> None:
@@ -778,7 +750,7 @@ class EdgeVectorStore:
                 for shard in (self._items, self._sets, self._meta):
                     if shard is None:
                         continue
-                    with _translated("close"):
+                    with translated("close"):
                         shard.flush()
                         shard.close()
             finally:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from memory_core.core.errors import ConfigurationError
+from memory_core.core.messages import BrowseQuery, Explained
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.engine.embedders.base import EmbedderFingerprint
 from memory_core.engine.stores.base import (
@@ -33,6 +34,7 @@ from memory_core.engine.stores.base import (
     due,
     from_payload,
     fused_hybrid,
+    is_superseded,
     is_visible,
     newest_records,
     oldest_by_hash,
@@ -42,6 +44,15 @@ from memory_core.engine.stores.base import (
     sort_by_seq,
     to_payload,
     with_context,
+)
+from memory_core.engine.stores.paging import (
+    browse_page,
+    exact_page,
+    explained,
+    explained_dense,
+    hybrid_parts,
+    lexical_parts,
+    matches,
 )
 
 
@@ -136,23 +147,78 @@ class InMemoryVectorStore:
         *,
         text: str | None = None,
         mode: SearchMode = "dense",
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
-        query = np.asarray(vector, dtype=np.float32)
-        query = query / (float(np.linalg.norm(query)) or 1.0)
-        candidates = [(p, v) for p, v in self._visible(scope) if _matches(p["metadata"], filters)]
-        dense = sorted(((float(v @ query), p["item_id"]) for p, v in candidates), key=lambda si: -si[0])
-        by_id = {p["item_id"]: p for p, _ in candidates}
+        by_id, dense, lexical = self._rankings(scope, vector, limit, filters, text, include_superseded)
         if mode == "dense" or not text or not text.strip():
-            return [from_payload(by_id[i], score=s) for s, i in dense[:limit]]
-        words = LEXICAL.query(text)
-        rankings = [self._bm25(words, [p for p, _ in candidates], name) for name in (SPARSE_TEXT, SPARSE_CONTEXT)]
-        depth = max(PREFETCH, limit)
-        lexical = [[(i, s) for s, i in ranking[:depth]] for ranking in rankings]
+            return [from_payload(by_id[i], score=s) for i, s in dense[:limit]]
         if mode == "hybrid":  # BM25 near-ties go to the item closest in meaning, as the stores' fusion does
-            best = fused_hybrid([(i, s) for s, i in dense], lexical, {i: s for s, i in dense}, limit)
+            best = fused_hybrid(dense, lexical, dict(dense), limit)
             return [from_payload(by_id[i], score=min(1.0, s / HYBRID_RANKERS)) for i, s in best]
         best = dbsf(lexical)[:limit]
         return [from_payload(by_id[i], score=min(1.0, s / len(lexical))) for i, s in best]
+
+    def explain(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str,
+        mode: SearchMode = "hybrid",
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        if mode == "dense" or not text.strip():
+            return explained_dense(self.search(scope, vector, limit, filters, include_superseded=include_superseded))
+        by_id, dense, lexical = self._rankings(scope, vector, limit, filters, text, include_superseded)
+        best = hybrid_parts(dense, lexical, dict(dense), limit) if mode == "hybrid" else lexical_parts(lexical, limit)
+        return explained(best, by_id)
+
+    def _rankings(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        text: str | None,
+        include_superseded: bool,
+    ) -> tuple[dict[str, dict[str, Any]], list[tuple[str, float]], list[list[tuple[str, float]]]]:
+        """The candidates by id, the dense ranking (every candidate, by cosine) and, with ``text``, each lexical
+        ranker's best ``max(PREFETCH, limit)`` by BM25."""
+        query = np.asarray(vector, dtype=np.float32)
+        query = query / (float(np.linalg.norm(query)) or 1.0)
+        candidates = [
+            (p, v)
+            for p, v in self._visible(scope)
+            if _matches(p["metadata"], filters) and (include_superseded or not is_superseded(p))
+        ]
+        dense = sorted(((p["item_id"], float(v @ query)) for p, v in candidates), key=lambda ranked: -ranked[1])
+        by_id = {p["item_id"]: p for p, _ in candidates}
+        if not text or not text.strip():
+            return by_id, dense, []
+        words = LEXICAL.query(text)
+        rankings = [self._bm25(words, [p for p, _ in candidates], name) for name in (SPARSE_TEXT, SPARSE_CONTEXT)]
+        depth = max(PREFETCH, limit)
+        return by_id, dense, [[(i, s) for s, i in ranking[:depth]] for ranking in rankings]
+
+    def page_items(
+        self, scope: Scope, query: BrowseQuery, cursor: str | None, limit: int
+    ) -> tuple[list[MemorySetItem], str | None]:
+        matching = self._matching(scope, query)
+        return browse_page(
+            scope,
+            query,
+            cursor,
+            limit,
+            lambda field, after, count: exact_page(matching, field, query.descending, after, count),
+        )
+
+    def count_matching(self, scope: Scope, query: BrowseQuery) -> int:
+        return len(self._matching(scope, query))
+
+    def _matching(self, scope: Scope, query: BrowseQuery) -> list[dict[str, Any]]:
+        return [p for p, _ in self._visible(scope) if _matches(p["metadata"], query.metadata) and matches(p, query)]
 
     def _bm25(self, words: SparseVector, payloads: list[dict[str, Any]], name: str) -> list[tuple[float, str]]:
         """BM25 of ``words`` over ``payloads``, with IDF over every point of the store (as the engine does)."""

@@ -12,19 +12,19 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from memory_core.core.errors import StoreError, TransientStoreError
+from memory_core.core.messages import BrowseQuery, Explained
 from memory_core.core.models import MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.settings import redact_url
 from memory_core.engine.embedders.base import EmbedderFingerprint
+from memory_core.engine.stores import qdrant_collections
 from memory_core.engine.stores.base import (
     INTEGER_INDEX_FIELDS,
     ITEM_INDEX_FIELDS,
@@ -68,27 +68,38 @@ from memory_core.engine.stores.fingerprints import (
     record_point,
     settle_fingerprint,
 )
-from memory_core.engine.stores.migration import KEY_FIELDS, layout_source, migrate_layout
+from memory_core.engine.stores.migration import layout_source, migrate_layout
+from memory_core.engine.stores.paging import (
+    TEXT_INDEX_FIELDS,
+    Bound,
+    Payload,
+    Scroll,
+    browse_page,
+    explained,
+    explained_dense,
+    hybrid_parts,
+    keyset_page,
+    lexical_parts,
+    union,
+)
+from memory_core.engine.stores.qdrant_collections import SCROLL_PAGE, EarlierCollection, translated
+from memory_core.engine.stores.qdrant_filters import (
+    OWED,
+    TOMBSTONE,
+    bound,
+    browse_filters,
+    expired,
+    scope_conditions,
+    searched,
+    sweepable,
+    unchanged_since,
+    visible_in,
+)
 
 logger = logging.getLogger(__name__)
 
-DENSE = "dense"
-_SCROLL_PAGE = 1_000
+DENSE = qdrant_collections.DENSE
 _CAS_ROUNDS = 8
-
-
-@contextmanager
-def _translated(operation: str) -> Iterator[None]:
-    try:
-        yield
-    except (ResponseHandlingException, ConnectionError, TimeoutError) as exc:
-        raise TransientStoreError(f"Qdrant {operation} failed: {exc}") from exc
-    except UnexpectedResponse as exc:
-        retryable = exc.status_code in {429, 502, 503, 504}
-        error = TransientStoreError if retryable else StoreError
-        raise error(f"Qdrant {operation} failed with HTTP {exc.status_code}: {exc.reason_phrase}") from exc
-    except (ValueError, RuntimeError) as exc:  # local mode raises these for bad requests
-        raise StoreError(f"Qdrant {operation} failed: {exc}") from exc
 
 
 def _to_qdrant(vector: SparseVector) -> qm.SparseVector:
@@ -97,96 +108,6 @@ def _to_qdrant(vector: SparseVector) -> qm.SparseVector:
 
 def _sparse_for(text: str, previous: list[str]) -> dict[str, qm.SparseVector]:
     return {name: _to_qdrant(v) for name, v in LEXICAL.item_vectors(text, previous).items()}
-
-
-def _scope_conditions(namespace: str, key: str, set_name: str | None = None) -> list[qm.Condition]:
-    fields = [("namespace", namespace), ("key", key)] + ([("set", set_name)] if set_name is not None else [])
-    return [qm.FieldCondition(key=name, match=qm.MatchValue(value=value)) for name, value in fields]
-
-
-def _expired(now: float) -> qm.Filter:
-    """Matches items past their expiry that are not pinned; reads put it in ``must_not``."""
-    return qm.Filter(
-        must=[
-            qm.FieldCondition(key="expires_at", range=qm.Range(lt=now)),
-            qm.FieldCondition(key="pinned", match=qm.MatchValue(value=0)),
-        ]
-    )
-
-
-_TOMBSTONE = qm.FieldCondition(key="tombstone", match=qm.MatchValue(value=1))
-_OWED = qm.Filter(must=[qm.FieldCondition(key="owed", match=qm.MatchValue(value=1))])
-
-
-def _sweepable(now: float) -> qm.Filter:
-    """What the TTL sweep deletes: expired, unpinned items, and tombstones past ``keep_until``."""
-    return qm.Filter(must=[_expired(now)], must_not=[qm.FieldCondition(key="keep_until", range=qm.Range(gte=now))])
-
-
-_NEVER = qm.FieldCondition(key="seq", match=qm.MatchValue(value=-1))
-"""A clause no point matches: keeps a compare-and-set filter from being an empty ``should`` (which matches all)."""
-
-
-def _unchanged_since(read: Mapping[str, int]) -> qm.Filter:
-    """Matches a stored point only while it still holds the ``seq`` it was read with (exact integer match).
-
-    The ``update_filter`` of a compare-and-set upsert: the server checks and applies it per point, at
-    once. A point that was absent when read gets no clause: if another worker inserted it since, this
-    write skips it and the caller reads again.
-    """
-    clauses: list[qm.Condition] = [
-        qm.Filter(must=[qm.HasIdCondition(has_id=[pid]), qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq))])
-        for pid, seq in read.items()
-    ]
-    return qm.Filter(should=[_NEVER, *clauses])
-
-
-def _visible_in(namespace: str, key: str, set_name: str) -> qm.Filter:
-    return qm.Filter(must=_scope_conditions(namespace, key, set_name), must_not=[_expired(time.time())])
-
-
-def _metadata_conditions(filters: Mapping[str, Any]) -> list[qm.Condition]:
-    conditions: list[qm.Condition] = []
-    for name, expected in filters.items():
-        values = expected if isinstance(expected, list) else [expected]
-        alternatives: list[qm.Condition] = [
-            qm.FieldCondition(key=f"metadata.{name}", match=qm.MatchValue(value=v)) for v in values
-        ]
-        conditions.append(alternatives[0] if len(alternatives) == 1 else qm.Filter(should=alternatives))
-    return conditions
-
-
-class _EarlierCollection:
-    """The items collection of an earlier layout, read by a migration (``stores.migration.EarlierLayout``)."""
-
-    def __init__(self, client: QdrantClient, name: str) -> None:
-        self._client = client
-        self._name = name
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
-        offset: qm.ExtendedPointId | None = None
-        while True:
-            with _translated("migration scroll"):
-                records, offset = self._client.scroll(
-                    self._name, limit=_SCROLL_PAGE, offset=offset, with_payload=list(KEY_FIELDS), with_vectors=False
-                )
-            yield from ((str(r.id), r.payload) for r in records if r.payload is not None)
-            if offset is None:
-                return
-
-    def points(self, ids: Sequence[str]) -> dict[str, tuple[dict[str, Any], list[float] | None]]:
-        with _translated("migration read"):
-            records = self._client.retrieve(self._name, ids=list(ids), with_payload=True, with_vectors=[DENSE])
-        found: dict[str, tuple[dict[str, Any], list[float] | None]] = {}
-        for r in records:
-            dense = r.vector.get(DENSE) if isinstance(r.vector, dict) else None
-            if r.payload is not None:
-                found[str(r.id)] = (dict(r.payload), cast(list[float], dense) if isinstance(dense, list) else None)
-        return found
 
 
 class QdrantVectorStore:
@@ -219,7 +140,7 @@ class QdrantVectorStore:
         self._items = collection
         self._meta = meta or f"{collection}{META_SUFFIX}"
         self._location = location
-        with _translated("collection setup"):
+        with translated("collection setup"):
             if not self._client.collection_exists(self._meta):
                 self._client.create_collection(
                     self._meta, vectors_config={DENSE: qm.VectorParams(size=1, distance=qm.Distance.DOT)}
@@ -228,11 +149,11 @@ class QdrantVectorStore:
             # A reindexed store's items may live in a collection other than the model's default name.
             self._items = settle_fingerprint(self, fingerprint, legacy or {}) or collection
         self._sets = f"{self._items}__sets"
-        with _translated("collection setup"):
+        with translated("collection setup"):
             fresh = not self._client.collection_exists(self._items)
         # Decided (and recorded) before the collections are created: a kill right after still resumes the migration.
         source = layout_source(self, self._items, earlier, fresh=fresh) if earlier else None
-        with _translated("collection setup"):
+        with translated("collection setup"):
             self._ensure(self._items, dimension, sparse=True)
             self._ensure(self._sets, 1, sparse=False)
         if source is not None:
@@ -277,14 +198,14 @@ class QdrantVectorStore:
 
     def holds_collection(self, name: str) -> bool:
         """Whether the server (or local mode) has a collection of this name."""
-        with _translated("collection lookup"):
+        with translated("collection lookup"):
             return bool(self._client.collection_exists(name))
 
     def filled_collections(self) -> list[str]:
         """The collections of this store's prefix, but its metadata, that hold a point (``settle_fingerprint``);
         not those of a store whose prefix extends this one's (``memory_test`` beside ``memory``)."""
         prefix = self._meta.removesuffix(META_SUFFIX)
-        with _translated("collection listing"):
+        with translated("collection listing"):
             names = sorted(c.name for c in self._client.get_collections().collections)
             candidates = [n for n in names if n.startswith(f"{prefix}_") and n != self._meta]
             others = [n.removesuffix(META_SUFFIX) for n in candidates if n.endswith(META_SUFFIX)]
@@ -302,13 +223,13 @@ class QdrantVectorStore:
         return self._items
 
     def read_record(self, name: str) -> dict[str, Any] | None:
-        with _translated("record read"):
+        with translated("record read"):
             records = self._client.retrieve(self._meta, ids=[record_point(name)], with_payload=True, with_vectors=False)
         return dict(records[0].payload) if records and records[0].payload else None
 
     def write_record(self, name: str, payload: Mapping[str, Any]) -> None:
         point = qm.PointStruct(id=record_point(name), vector={DENSE: [1.0]}, payload=dict(payload))
-        with _translated("record write"):
+        with translated("record write"):
             self._client.upsert(self._meta, points=[point], wait=True)
 
     def open_sibling(self, collection: str, dimension: int) -> QdrantVectorStore:
@@ -328,7 +249,7 @@ class QdrantVectorStore:
         if collection == self._items:
             raise StoreError(f"collection {collection!r} is the one this store has open; it cannot be dropped")
         found = False
-        with _translated("collection drop"):
+        with translated("collection drop"):
             for name in (collection, f"{collection}__sets"):
                 if self._client.collection_exists(name):
                     self._client.delete_collection(name)
@@ -336,14 +257,14 @@ class QdrantVectorStore:
         return found
 
     def scan(self, start: str, stop: str | None, limit: int) -> tuple[list[RawPoint], str | None]:
-        with _translated("scan"):
+        with translated("scan"):
             records, offset = self._client.scroll(
                 self._items, offset=start, limit=limit, with_payload=True, with_vectors=list(SPARSE_NAMES)
             )
         return scanned_page(((r.id, r.payload, r.vector) for r in records), offset, stop)
 
     def versions(self, ids: Sequence[str]) -> dict[str, tuple[int, bool]]:
-        with _translated("retrieve"):
+        with translated("retrieve"):
             held = self._client.retrieve(
                 self._items, ids=list(ids), with_payload=["seq", "tombstone"], with_vectors=False
             )
@@ -368,13 +289,13 @@ class QdrantVectorStore:
         return written
 
     def point_count(self) -> int:
-        with _translated("count"):
+        with translated("count"):
             return int(self._client.count(self._items, exact=True).count)
 
     def raw_points(self, ids: Sequence[str]) -> dict[str, RawPoint]:
         if not ids:
             return {}
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._client.retrieve(
                 self._items, ids=list(ids), with_payload=True, with_vectors=list(SPARSE_NAMES)
             )
@@ -393,20 +314,20 @@ class QdrantVectorStore:
             self._write_newer(placeholders, deleting=False)
 
     def owed(self, limit: int) -> list[str]:
-        with _translated("scroll"):
-            records, _ = self._client.scroll(self._items, scroll_filter=_OWED, limit=limit, with_payload=False)
+        with translated("scroll"):
+            records, _ = self._client.scroll(self._items, scroll_filter=OWED, limit=limit, with_payload=False)
         return [str(r.id) for r in records]
 
     def owed_count(self) -> int:
-        with _translated("count"):
-            return int(self._client.count(self._items, count_filter=_OWED, exact=True).count)
+        with translated("count"):
+            return int(self._client.count(self._items, count_filter=OWED, exact=True).count)
 
     def remove_unchanged(self, held: Mapping[str, int]) -> int:
         if not held:
             return 0
         # One filtered delete: the server checks each point's seq and deletes it at once (a compare-and-delete).
-        unchanged = _unchanged_since(held)
-        with _translated("delete"):
+        unchanged = unchanged_since(held)
+        with translated("delete"):
             before = self._client.count(self._items, count_filter=unchanged, exact=True).count
             self._client.delete(self._items, points_selector=qm.FilterSelector(filter=unchanged), wait=True)
         return int(before)
@@ -435,6 +356,9 @@ class QdrantVectorStore:
             integer = field in INTEGER_INDEX_FIELDS
             schema = qm.PayloadSchemaType.INTEGER if integer else qm.PayloadSchemaType.FLOAT
             self._client.create_payload_index(name, field_name=field, field_schema=schema)
+        words = qm.TextIndexParams(type=qm.TextIndexType.TEXT, tokenizer=qm.TokenizerType.WORD, lowercase=True)
+        for field in TEXT_INDEX_FIELDS:  # a browse's ``contains``
+            self._client.create_payload_index(name, field_name=field, field_schema=words)
 
     def _migrate(self, source: str) -> None:
         """Fills this store from a collection of an earlier layout (``stores.migration``), or finishes doing so.
@@ -443,15 +367,15 @@ class QdrantVectorStore:
         """
         definitions: list[dict[str, Any]] = []
         offset: qm.ExtendedPointId | None = None
-        with _translated("migration scroll"):
+        with translated("migration scroll"):
             while self._client.collection_exists(f"{source}__sets"):
                 records, offset = self._client.scroll(
-                    f"{source}__sets", limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                    f"{source}__sets", limit=SCROLL_PAGE, offset=offset, with_payload=True
                 )
                 definitions.extend(dict(r.payload) for r in records if r.payload)
                 if offset is None:
                     break
-        total = migrate_layout(_EarlierCollection(self._client, source), self, self._items, definitions)
+        total = migrate_layout(EarlierCollection(self._client, source), self, self._items, definitions)
         logger.warning("migrated %d items from collection %s to the current layout %s", total, source, self._items)
 
     @property
@@ -487,7 +411,7 @@ class QdrantVectorStore:
         for _ in range(_CAS_ROUNDS):
             if not pending:
                 return len(written)
-            with _translated("delete" if deleting else "upsert"):
+            with translated("delete" if deleting else "upsert"):
                 held = self._client.retrieve(
                     self._items, ids=list(pending), with_payload=["seq", "tombstone"], with_vectors=False
                 )
@@ -495,11 +419,11 @@ class QdrantVectorStore:
             wanted = due(stored, {pid: seq for pid, (seq, _) in pending.items()}, deleting=deleting)
             for part in chunks({pid: pending[pid][0] for pid in wanted}):
                 read = {pid: stored[pid][0] for pid in part if pid in stored}
-                with _translated("delete" if deleting else "upsert"):
+                with translated("delete" if deleting else "upsert"):
                     self._client.upsert(
                         self._items,
                         points=[pending[pid][1] for pid in part],
-                        update_filter=_unchanged_since(read),
+                        update_filter=unchanged_since(read),
                         wait=True,
                     )
             # What was written now holds exactly its seq, so the next read finds nothing due for it; what
@@ -511,10 +435,10 @@ class QdrantVectorStore:
     def _previous(self, scope: Scope, before_seq: int, count: int) -> list[str]:
         """Texts of the ``count`` items of the set just before ``before_seq``, oldest first."""
         loose = qm.FieldCondition(key="seq", range=qm.Range(lte=float(before_seq) + PREVIOUS_MARGIN))
-        with _translated("scroll"):
+        with translated("scroll"):
             records, _ = self._client.scroll(
                 self._items,
-                scroll_filter=qm.Filter(must=[*_scope_conditions(*scope), loose], must_not=[_TOMBSTONE]),
+                scroll_filter=qm.Filter(must=[*scope_conditions(*scope), loose], must_not=[TOMBSTONE]),
                 limit=count + 64,  # the loose bound may let a few later items through; they are dropped below
                 with_payload=True,
                 order_by=qm.OrderBy(key="seq", direction=qm.Direction.DESC),
@@ -523,7 +447,7 @@ class QdrantVectorStore:
 
     def retrieve(self, scope: Scope, item_ids: Sequence[str]) -> list[MemorySetItem]:
         ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=False)
         now = time.time()
         pairs = [
@@ -537,9 +461,9 @@ class QdrantVectorStore:
         found: list[dict[str, Any]] = []
         offset: qm.ExtendedPointId | None = None
         while limit is None or len(found) < limit:
-            with _translated("scroll"):
+            with translated("scroll"):
                 records, offset = self._client.scroll(
-                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                    self._items, scroll_filter=scroll_filter, limit=SCROLL_PAGE, offset=offset, with_payload=True
                 )
             found.extend(r.payload for r in records if r.payload)
             if offset is None:
@@ -555,31 +479,31 @@ class QdrantVectorStore:
         must: list[qm.Condition] = [qm.HasIdCondition(has_id=wanted)]
         if seq is not None:
             must.append(qm.FieldCondition(key="seq", match=qm.MatchValue(value=seq)))  # integer match: exact
-        only_live = qm.FilterSelector(filter=qm.Filter(must=must, must_not=[_TOMBSTONE]))
-        with _translated("payload update"):
+        only_live = qm.FilterSelector(filter=qm.Filter(must=must, must_not=[TOMBSTONE]))
+        with translated("payload update"):
             self._client.set_payload(self._items, payload=dict(fields), points=only_live, wait=True)
 
     def find_by_text_hash(self, scope: Scope, hashes: Sequence[str]) -> dict[str, MemorySetItem]:
         if not hashes:
             return {}
         hash_filter = qm.Filter(
-            must=[*_scope_conditions(*scope), qm.FieldCondition(key="text_hash", match=qm.MatchAny(any=list(hashes)))],
-            must_not=[_expired(time.time())],
+            must=[*scope_conditions(*scope), qm.FieldCondition(key="text_hash", match=qm.MatchAny(any=list(hashes)))],
+            must_not=[expired(time.time())],
         )
         return oldest_by_hash(self._scroll(hash_filter))
 
     def expired(self, now: float, limit: int) -> list[tuple[Scope, str]]:
-        items_only = qm.Filter(must=[_expired(now)], must_not=[_TOMBSTONE])
+        items_only = qm.Filter(must=[expired(now)], must_not=[TOMBSTONE])
         return [(Scope(p["namespace"], p["key"], p["set"]), p["item_id"]) for p in self._scroll(items_only, limit)]
 
     def list_items(self, scope: Scope) -> list[MemorySetItem]:
-        scroll_filter = _visible_in(*scope)
+        scroll_filter = visible_in(*scope)
         pairs: list[tuple[int, MemorySetItem]] = []
         offset: qm.ExtendedPointId | None = None
         while True:
-            with _translated("scroll"):
+            with translated("scroll"):
                 records, offset = self._client.scroll(
-                    self._items, scroll_filter=scroll_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                    self._items, scroll_filter=scroll_filter, limit=SCROLL_PAGE, offset=offset, with_payload=True
                 )
             pairs.extend((r.payload["seq"], from_payload(r.payload)) for r in records if r.payload)
             if offset is None:
@@ -594,13 +518,12 @@ class QdrantVectorStore:
         *,
         text: str | None = None,
         mode: SearchMode = "dense",
+        include_superseded: bool = False,
     ) -> list[MemorySetItem]:
-        query_filter = qm.Filter(
-            must=[*_scope_conditions(*scope), *_metadata_conditions(filters)], must_not=[_expired(time.time())]
-        )
+        query_filter = searched(scope, filters, include_superseded)
         dense = list(map(float, vector))
         rankers = 1
-        with _translated("search"):
+        with translated("search"):
             if mode == "dense" or not text or not text.strip():
                 response = self._client.query_points(
                     self._items, query=dense, using=DENSE, query_filter=query_filter, limit=limit, with_payload=True
@@ -636,17 +559,28 @@ class QdrantVectorStore:
         """Each ranker's candidates in one batch (each lexical ranker evaluated once), their cosines, then the
         fused best with their payloads: ``fused_hybrid``. Three round trips where the one fused query was
         one, each lexical ranker's posting lists scanned once instead of twice."""
+        dense_ranking, lexical, cosines = self._rankings(dense, words, visible, limit)
+        best = fused_hybrid(dense_ranking, lexical, cosines, limit)
+        return fused_items(best, self._payloads([point for point, _ in best]))
+
+    def _rankings(
+        self, dense: list[float], words: qm.SparseVector, visible: qm.Filter, limit: int, *, lexical_only: bool = False
+    ) -> tuple[list[tuple[str, float]], list[list[tuple[str, float]]], dict[str, float]]:
+        """The dense and lexical rankings of a hybrid search (by point id) and the lexical candidates' cosines.
+        ``lexical_only``: the lexical rankings alone."""
         depth = max(PREFETCH, limit)
-        rankers = [qm.QueryRequest(query=dense, using=DENSE, filter=visible, limit=depth)] + [
+        rankers = [] if lexical_only else [qm.QueryRequest(query=dense, using=DENSE, filter=visible, limit=depth)]
+        rankers += [
             qm.QueryRequest(query=words, using=name, filter=visible, limit=depth, score_threshold=LEXICAL_FLOOR)
             for name in SPARSE_NAMES
         ]
-        with _translated("search"):
-            dense_hits, *lexical_hits = self._client.query_batch_points(self._items, requests=rankers)
-            lexical = [[(str(hit.id), hit.score) for hit in hits.points] for hits in lexical_hits]
+        with translated("search"):
+            hits = self._client.query_batch_points(self._items, requests=rankers)
+            rankings = [[(str(hit.id), hit.score) for hit in ranker.points] for ranker in hits]
+            dense_ranking, lexical = ([], rankings) if lexical_only else (rankings[0], rankings[1:])
             candidates: list[Any] = list({point for ranking in lexical for point, _ in ranking})
             cosines: dict[str, float] = {}
-            if candidates:
+            if candidates and not lexical_only:
                 # Exact: the filter holds at most ``depth`` ids a lexical ranker, so no index walk.
                 rescored = self._client.query_points(
                     self._items,
@@ -656,19 +590,81 @@ class QdrantVectorStore:
                     limit=len(candidates),
                 )
                 cosines = {str(hit.id): hit.score for hit in rescored.points}
-            best = fused_hybrid([(str(hit.id), hit.score) for hit in dense_hits.points], lexical, cosines, limit)
-            records = self._client.retrieve(self._items, ids=[point for point, _ in best], with_payload=True)
-        return fused_items(best, {str(record.id): record.payload for record in records})
+        return dense_ranking, lexical, cosines
+
+    def _payloads(self, points: Sequence[Any]) -> dict[str, dict[str, Any] | None]:
+        with translated("retrieve"):
+            records = self._client.retrieve(self._items, ids=list(points), with_payload=True)
+        return {str(record.id): record.payload for record in records}
+
+    def explain(
+        self,
+        scope: Scope,
+        vector: Sequence[float],
+        limit: int,
+        filters: Mapping[str, Any],
+        *,
+        text: str,
+        mode: SearchMode = "hybrid",
+        include_superseded: bool = False,
+    ) -> list[Explained]:
+        if mode == "dense" or not text.strip():
+            return explained_dense(self.search(scope, vector, limit, filters, include_superseded=include_superseded))
+        visible = searched(scope, filters, include_superseded)
+        words = _to_qdrant(LEXICAL.query(text))
+        hybrid = mode == "hybrid"
+        dense_ranking, lexical, cosines = self._rankings(
+            list(map(float, vector)), words, visible, limit, lexical_only=not hybrid
+        )
+        best = hybrid_parts(dense_ranking, lexical, cosines, limit) if hybrid else lexical_parts(lexical, limit)
+        return explained(best, self._payloads([point for point, _ in best]))
+
+    def page_items(
+        self, scope: Scope, query: BrowseQuery, cursor: str | None, limit: int
+    ) -> tuple[list[MemorySetItem], str | None]:
+        scroll = union([self._ordered(browse) for browse in browse_filters(*scope, query, time.time())])
+        return browse_page(
+            scope,
+            query,
+            cursor,
+            limit,
+            lambda field, after, count: keyset_page(scroll, field, query.descending, after, count),
+        )
+
+    def _ordered(self, browse: qm.Filter) -> Scroll:
+        def scroll(
+            bounds: Sequence[Bound], order: str, descending: bool, start: int | None, count: int
+        ) -> list[Payload]:
+            with translated("browse"):
+                records, _ = self._client.scroll(
+                    self._items,
+                    scroll_filter=qm.Filter(must=[browse, *map(bound, bounds)]),
+                    limit=count,
+                    with_payload=True,
+                    order_by=qm.OrderBy(
+                        key=order, direction=qm.Direction.DESC if descending else qm.Direction.ASC, start_from=start
+                    ),
+                )
+            return [record.payload for record in records if record.payload is not None]
+
+        return scroll
+
+    def count_matching(self, scope: Scope, query: BrowseQuery) -> int:
+        with translated("count"):
+            return sum(
+                self._client.count(self._items, count_filter=browse, exact=True).count
+                for browse in browse_filters(*scope, query, time.time())
+            )
 
     def count(self, scope: Scope) -> int:
-        with _translated("count"):
-            return self._client.count(self._items, count_filter=_visible_in(*scope), exact=True).count
+        with translated("count"):
+            return self._client.count(self._items, count_filter=visible_in(*scope), exact=True).count
 
     def forget(self, namespace: str, key: str | None) -> tuple[int, list[str]]:
         fields = [("namespace", namespace)] + ([("key", key)] if key is not None else [])
         scope_filter = qm.Filter(must=[qm.FieldCondition(key=f, match=qm.MatchValue(value=v)) for f, v in fields])
-        with _translated("erasure"):
-            stored = qm.Filter(must=[scope_filter], must_not=[_TOMBSTONE])
+        with translated("erasure"):
+            stored = qm.Filter(must=[scope_filter], must_not=[TOMBSTONE])
             items = self._client.count(self._items, count_filter=stored, exact=True).count
             records, _ = self._client.scroll(self._sets, scroll_filter=scope_filter, limit=100_000, with_payload=True)
             sets = [f"{r.payload['key']}:{r.payload['set']}" for r in records if r.payload]
@@ -677,8 +673,8 @@ class QdrantVectorStore:
         return items, sets
 
     def delete_expired(self, now: float, limit: int) -> int:
-        expired = _sweepable(now)
-        with _translated("expiry delete"):
+        expired = sweepable(now)
+        with translated("expiry delete"):
             due = self._client.count(self._items, count_filter=expired, exact=True).count
             if due == 0:
                 return 0
@@ -705,7 +701,7 @@ class QdrantVectorStore:
             self._write_newer(tombstones, deleting=True)
 
     def item_versions(self, scope: Scope) -> dict[str, int]:
-        stored = qm.Filter(must=_scope_conditions(*scope), must_not=[_TOMBSTONE])
+        stored = qm.Filter(must=scope_conditions(*scope), must_not=[TOMBSTONE])
         return {p["item_id"]: p["seq"] for p in self._scroll(stored)}
 
     def put_set(self, namespace: str, key: str, definition: MemorySet) -> None:
@@ -714,11 +710,11 @@ class QdrantVectorStore:
             vector={DENSE: [1.0]},
             payload=set_to_payload(namespace, key, definition),
         )
-        with _translated("set registry write"):
+        with translated("set registry write"):
             self._client.upsert(self._sets, points=[point], wait=True)
 
     def get_set(self, namespace: str, key: str, set_name: str) -> MemorySet | None:
-        with _translated("set registry read"):
+        with translated("set registry read"):
             records = self._client.retrieve(
                 self._sets, ids=[set_point_id(namespace, key, set_name)], with_payload=True, with_vectors=False
             )
@@ -727,7 +723,7 @@ class QdrantVectorStore:
     def delete_set(self, namespace: str, key: str, set_name: str) -> bool:
         existed = self.get_set(namespace, key, set_name) is not None
         selector = qm.PointIdsList(points=[set_point_id(namespace, key, set_name)])
-        with _translated("set registry delete"):
+        with translated("set registry delete"):
             self._client.delete(self._sets, points_selector=selector, wait=True)
         return existed
 
@@ -735,8 +731,8 @@ class QdrantVectorStore:
         found: list[tuple[str, str, MemorySet]] = []
         offset: qm.ExtendedPointId | None = None
         while len(found) < limit:
-            with _translated("set registry scroll"):
-                records, offset = self._client.scroll(self._sets, limit=_SCROLL_PAGE, offset=offset, with_payload=True)
+            with translated("set registry scroll"):
+                records, offset = self._client.scroll(self._sets, limit=SCROLL_PAGE, offset=offset, with_payload=True)
             found.extend(
                 (r.payload["namespace"], r.payload["key"], set_from_payload(r.payload)) for r in records if r.payload
             )
@@ -747,24 +743,24 @@ class QdrantVectorStore:
     def sets_of(self, namespace: str, key: str) -> list[MemorySet]:
         found: list[MemorySet] = []
         offset: qm.ExtendedPointId | None = None
-        scope_filter = qm.Filter(must=_scope_conditions(namespace, key))
+        scope_filter = qm.Filter(must=scope_conditions(namespace, key))
         while True:
-            with _translated("set registry scroll"):
+            with translated("set registry scroll"):
                 records, offset = self._client.scroll(
-                    self._sets, scroll_filter=scope_filter, limit=_SCROLL_PAGE, offset=offset, with_payload=True
+                    self._sets, scroll_filter=scope_filter, limit=SCROLL_PAGE, offset=offset, with_payload=True
                 )
             found.extend(set_from_payload(r.payload) for r in records if r.payload)
             if offset is None:
                 return sorted(found, key=lambda d: d.name)
 
     def namespace_counts(self, limit: int) -> dict[str, int]:
-        with _translated("facet"):
+        with translated("facet"):
             response = self._client.facet(self._items, key="namespace", limit=limit, exact=True)
         return {str(hit.value): int(hit.count) for hit in response.hits}
 
     def item_vectors(self, scope: Scope, item_ids: Sequence[str]) -> dict[str, list[float]]:
         ids: list[qm.ExtendedPointId] = [point_id(scope, i) for i in dict.fromkeys(item_ids)]
-        with _translated("retrieve"):
+        with translated("retrieve"):
             records = self._client.retrieve(self._items, ids=ids, with_payload=True, with_vectors=[DENSE])
         found: dict[str, list[float]] = {}
         for r in records:
@@ -777,7 +773,7 @@ class QdrantVectorStore:
         # The server writes the snapshots into its own storage (GET /collections/{name}/snapshots lists them);
         # restore them with its recover API (memory-core restore --snapshot).
         made = []
-        with _translated("snapshot"):
+        with translated("snapshot"):
             for collection in (self._items, self._sets, self._meta):
                 description = self._client.create_snapshot(collection, wait=True)
                 if description is None:
@@ -791,5 +787,5 @@ class QdrantVectorStore:
     def close(self) -> None:
         if not self._owns_client:  # a sibling shares its parent's client
             return
-        with _translated("close"):
+        with translated("close"):
             self._client.close()

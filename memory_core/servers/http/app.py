@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -68,6 +68,7 @@ def create_app(settings: Settings, *, dev: bool = False, host: str = "127.0.0.1"
     dev app answers only requests sent to its own address (``OwnHostOnly``): 421 for another host name.
     """
     server = Server(settings, dev=dev)
+    closing: list[Callable[[], None]] = []
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -75,6 +76,8 @@ def create_app(settings: Settings, *, dev: bool = False, host: str = "127.0.0.1"
             yield
         finally:
             await server.close()
+            for close in closing:
+                close()
 
     app = _App(
         title="memory-core",
@@ -97,6 +100,10 @@ def create_app(settings: Settings, *, dev: bool = False, host: str = "127.0.0.1"
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(ValidationError, on_invalid)
     app.add_exception_handler(Exception, on_unexpected)
+    if settings.console.enabled:
+        from memory_core.servers.console import install  # Jinja2 and the templates load only when served
+
+        closing.append(install(app, settings, dev=dev).close)
     return app
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue
 
 from memory_core.core.models import (
     ChatMessage,
@@ -16,7 +15,7 @@ from memory_core.core.models import (
     MemorySetItem,
     SearchMode,
 )
-from memory_core.core.validation import INT64_MAX, INT64_MIN, MAX_TTL_SECONDS
+from memory_core.core.validation import INT64_MAX, INT64_MIN, MAX_TTL_SECONDS, MAX_WAIT_SECONDS
 from memory_core.servers.boundary import MAX_RESULTS, MAX_TOKEN_BUDGET
 from memory_core.tiers.checkpoints import Checkpoint
 
@@ -133,7 +132,10 @@ class AddItems(_Body):
     source: str | list[str] | None = None
     pinned: bool | list[bool] | None = None
     ttl: ItemTtl | list[ItemTtl] | None = Field(default=None, description="Seconds to live.")
-    expires_at: datetime | list[datetime] | None = None
+    # Not strict: JSON has no datetime type, and a strict field refuses the ISO text it arrives as.
+    expires_at: (
+        Annotated[AwareDatetime, Field(strict=False)] | list[Annotated[AwareDatetime, Field(strict=False)]] | None
+    ) = Field(default=None, description="An aware ISO 8601 time (or one per item) the items expire at.")
 
     def lifecycle(self) -> dict[str, Any]:
         fields = ("importance", "source", "pinned", "ttl", "expires_at")
@@ -157,6 +159,11 @@ class Search(_Body):
         default=None,
         description="Rerank the hits with the workers' reranker (MEMORY_RERANK__MODEL): true asks for it, false "
         "turns it off for this search, null leaves it to the workers.",
+    )
+    include_superseded: bool = Field(
+        default=False,
+        description="Facts that formation superseded come too (each with its fact.valid_to set); live ones only "
+        "by default.",
     )
 
 
@@ -225,3 +232,58 @@ class RecallQuery(_Body):
     token_budget: int | None = Field(default=None, ge=1, le=MAX_TOKEN_BUDGET, description="Tokens of context.")
     session_id: str | None = None
     sets: list[str] | None = Field(default=None, description="Only these long-term sets; every set when omitted.")
+
+
+class Message(_Body):
+    """One message of a conversation to form memories from."""
+
+    role: Literal["user", "assistant", "system", "tool"] = "user"
+    content: str
+    id: str | None = Field(
+        default=None,
+        description="The message's own id, 1 to 128 characters; derived from its role, content and position when "
+        "omitted, so the same call twice is the same operation.",
+    )
+    # A time is JSON text: parsed from its ISO 8601 form, which the body's strict mode would refuse.
+    at: Annotated[AwareDatetime, Field(strict=False)] | None = Field(
+        default=None, description="When it was said, with its offset: relative dates in it are resolved against it."
+    )
+
+
+class Remember(_Body):
+    """Messages to form memories (facts) from, in the background unless ``wait`` is true."""
+
+    model_config = _example(
+        messages=[
+            {"role": "user", "content": "I moved to Lisbon last month", "id": "m1"},
+            {"role": "assistant", "content": "Lisbon is lovely!", "id": "m2"},
+        ],
+        set_name="facts",
+    )
+
+    messages: list[Message] = Field(
+        description="The conversation, oldest first; at most MEMORY_FORMATION__MAX_MESSAGES (100 by default)."
+    )
+    set_name: str = Field(default="facts", description="The set the facts are formed into (made when it is new).")
+    wait: bool = Field(
+        default=False, description="Answer once the facts are formed (200), or at once with the receipt (202)."
+    )
+    timeout: Annotated[float, Field(gt=0, le=MAX_WAIT_SECONDS)] | None = Field(
+        default=None,
+        description="Seconds to wait with wait=true; the larger of 600 and MEMORY_CLIENT__TIMEOUT when omitted.",
+    )
+
+    def message_dicts(self) -> list[dict[str, Any]]:
+        """The messages as the client takes them: unset fields left out, so an id is derived where none was given."""
+        return [message.model_dump(exclude_none=True) for message in self.messages]
+
+
+class ForgetSources(_Body):
+    """Messages to erase from the set's facts, by the ids they were remembered with."""
+
+    model_config = _example(source_ids=["m1", "m2"])
+
+    source_ids: list[str] = Field(
+        description="Ids of the messages to erase (1 to 1,000): facts resting on them alone are deleted, the "
+        "others lose them from their evidence."
+    )

@@ -37,6 +37,8 @@ ERRORS: tuple[tuple[type[errors.MemoryCoreError], int, str], ...] = (
     (errors.TransientRerankerError, 503, "reranker_unavailable"),
     (errors.RerankerError, 502, "reranker_error"),
     (errors.SummarizerError, 502, "summarizer_error"),
+    (errors.FormationBusy, 503, "formation_busy"),
+    (errors.FormationError, 502, "formation_error"),
     (errors.CompactionError, 500, "compaction_error"),
     (errors.CorruptDataError, 500, "corrupt_data"),
     (errors.RedisCommandError, 500, "redis_command_error"),
@@ -65,10 +67,12 @@ RETRY_AFTER: dict[str, int] = {
     "store_unavailable": 5,
     "embedder_unavailable": 30,
     "reranker_unavailable": 5,
+    "formation_busy": 2,
 }
 """The ``Retry-After`` (seconds) each 503 answers with: something is down for now, and a retry may succeed. An
 embeddings endpoint's outage is given longer: a write it failed is kept and retried by the workers meanwhile
-(``MEMORY_EMBEDDER__OUTAGE_RETRY``), so sending it again at once only adds to the endpoint's load."""
+(``MEMORY_EMBEDDER__OUTAGE_RETRY``), so sending it again at once only adds to the endpoint's load. A busy
+formation answers the wait it names when that is longer (``MEMORY_FORMATION__BUSY_RETRY``, 2 by default)."""
 
 
 # -- errors -----------------------------------------------------------------------

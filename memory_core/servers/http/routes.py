@@ -9,13 +9,22 @@ from contextlib import contextmanager
 from typing import Annotated
 
 import redis
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from memory_core import AsyncLongTermMemory
 from memory_core.core import errors, routing
 from memory_core.core.liveness import alive
-from memory_core.core.messages import CompactionReport, ForgetReceipt, ListSetsRequest, RecallReply, SetInfo, SetsReply
+from memory_core.core.messages import (
+    CompactionReport,
+    ForgetReceipt,
+    ForgetSourcesReport,
+    FormationReport,
+    ListSetsRequest,
+    RecallReply,
+    SetInfo,
+    SetsReply,
+)
 from memory_core.core.models import (
     ChatMessage,
     MemorySetItem,
@@ -28,10 +37,12 @@ from memory_core.servers.http.bodies import (
     Checkpoints,
     Count,
     Deleted,
+    ForgetSources,
     Items,
     NewCheckpoint,
     PathValue,
     RecallQuery,
+    Remember,
     Search,
     SetDefinition,
     SetList,
@@ -71,6 +82,9 @@ CheckpointNs = Annotated[str, Query(description="The checkpoint namespace inside
 Before = Annotated[str | None, Query(description="A checkpoint id: list those older than it.")]
 ListLimit = Annotated[
     int | None, Query(ge=1, le=MAX_LISTED, description=f"The most checkpoints to list, 1 to {MAX_LISTED:,}.")
+]
+OperationId = Annotated[
+    str, Path(pattern=r"^[0-9a-f]{32}$", description="A formation operation's id, as remember answered it.")
 ]
 
 _NS = "/v1/namespaces/{namespace}"
@@ -122,7 +136,15 @@ async def compact_set(set_name: str, memory: LongTerm) -> CompactionReport:
 
 @set_routes.post(_SET + "/search", summary="The items most relevant to a query, best first")
 async def search(set_name: str, body: Search, memory: LongTerm) -> Items:
-    found = await memory.search(set_name, body.query, body.limit, body.filters, mode=body.mode, rerank=body.rerank)
+    found = await memory.search(
+        set_name,
+        body.query,
+        body.limit,
+        body.filters,
+        mode=body.mode,
+        rerank=body.rerank,
+        include_superseded=body.include_superseded,
+    )
     return Items(items=found)
 
 
@@ -161,6 +183,40 @@ async def delete_items(set_name: str, memory: LongTerm, ids: ItemIds = None, eve
 @item_routes.delete(_SET + "/items/{item_id}", summary="Delete one item")
 async def delete_item(set_name: str, item_id: str, memory: LongTerm) -> Count:
     return Count(deleted=await memory.delete(set_name, [item_id]))
+
+
+_FORMING = ("pending", "running", "deferred")
+"""Statuses of an operation whose facts are not formed yet: remember answers them 202."""
+
+
+@item_routes.post(
+    _KEY + "/remember",
+    summary="Form facts from a conversation: 202 with the receipt, or 200 once formed (wait=true)",
+    responses={202: {"model": FormationReport, "description": "Accepted: pending, or deferred past the budget"}},
+)
+async def remember(body: Remember, memory: LongTerm, response: Response) -> FormationReport:
+    report = await memory.remember(body.message_dicts(), set_name=body.set_name, wait=body.wait, timeout=body.timeout)
+    if report.status in _FORMING:
+        response.status_code = 202
+    return report
+
+
+@item_routes.get(_KEY + "/operations/{op_id}", summary="Where a formation operation stands, with its decisions")
+async def get_operation(op_id: OperationId, memory: LongTerm) -> FormationReport:
+    return await memory.operation(op_id)
+
+
+@item_routes.get(
+    _SET + "/items/{item_id}/history",
+    summary="A fact's chain, oldest first: what it superseded, and what superseded it",
+)
+async def fact_history(set_name: str, item_id: str, memory: LongTerm) -> Items:
+    return Items(items=await memory.history(item_id, set_name=set_name))
+
+
+@item_routes.post(_SET + "/forget-sources", summary="Erase messages from the set's facts, by message id")
+async def forget_sources(set_name: str, body: ForgetSources, memory: LongTerm) -> ForgetSourcesReport:
+    return await memory.forget_sources(body.source_ids, set_name=set_name)
 
 
 @state_routes.get(_KEY + "/state", summary="The whole short-term state object")

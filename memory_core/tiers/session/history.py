@@ -56,10 +56,14 @@ class SessionKeys:
         self.state = keys.session(namespace, key, session_id, "state")
         self.entities = keys.session(namespace, key, session_id, "entities")
         self.lock = keys.session(namespace, key, session_id, "lock")
+        # How far formation has been fed (see ``tiers.session.formation``). It lives and dies with the messages:
+        # were it to expire before them, the next save would send every message to formation again.
+        self.formation = keys.session(namespace, key, session_id, "formation")
 
     @property
-    def all(self) -> tuple[str, str, str]:
-        return self.messages, self.state, self.entities
+    def all(self) -> tuple[str, ...]:
+        """The keys that hold the session's data: cleared together, their TTL renewed together."""
+        return self.messages, self.state, self.entities, self.formation
 
 
 class HistoryOperations:
@@ -192,7 +196,8 @@ class SessionHistory:
         return run(self.ops.pop(), self._perform)
 
     def clear(self) -> None:
-        """Removes the messages, the summary state and the entities of this session from Redis."""
+        """Removes the messages, the summary state, the entities and the formation feed's state of this session
+        from Redis (a formation already sent still runs)."""
         run(self.ops.clear(), self._perform)
 
     def touch(self) -> None:

@@ -9,13 +9,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import redis
 
 from memory_core.core import routing
-from memory_core.core.errors import SetDefinitionConflict
+from memory_core.core.errors import InvalidRequestError, SetDefinitionConflict
+from memory_core.core.keys import Keys
 from memory_core.core.messages import EntitiesReport, EntitiesRequest, FoldReport, FoldRequest
-from memory_core.core.models import ChatMessage, MemorySet, MessageRole
+from memory_core.core.models import ChatMessage, MemorySet, MessageRole, Scope
 from memory_core.core.redis_errors import redis_failure
+from memory_core.core.settings import FormationSettings
 from memory_core.core.steps import Call, Command, LongTermSteps, Operation, Send
 from memory_core.core.tokens import TokenCounter
 from memory_core.core.validation import MAX_TOKENS, check_count, parse
+from memory_core.tiers.session.formation import FormationFeed, Publish, Remember, check_feed
 from memory_core.tiers.session.history import (
     HistoryOperations,
     SessionHistory,
@@ -64,6 +67,8 @@ class SessionOperations:
         self.set_name = set_name
         self._capacity = capacity
         self._sets: dict[str, MemorySet] = {}
+        self.feed: FormationFeed | None = None
+        """Sends what is saved to formation (``form_into``), set by the client that made the session."""
 
     def add_messages(self, messages: Sequence[ChatMessage]) -> Operation[list[SessionMessage]]:
         promoted = None
@@ -78,7 +83,46 @@ class SessionOperations:
             ]
             messages = [s.message for s in saved]
             yield from self._long_term.add(promoted, messages, [s.id for s in saved], metadatas, {}, wait=False)
+        if saved and self.feed is not None:
+            yield from self.feed.feed()
         return saved
+
+    def feed_formation(
+        self,
+        set_name: str | None,
+        debounce: float,
+        max_wait: float,
+        *,
+        keys: Keys,
+        settings: FormationSettings,
+        remember: Remember,
+        publish: Publish,
+    ) -> None:
+        """Feeds what is saved from now on to formation into ``set_name`` (None: not at all), checking the values.
+
+        ``remember`` is the client's formation call for this key, ``publish`` its dispatcher's delayed send.
+        """
+        name, wait, most = check_feed(set_name, debounce, max_wait)
+        if name is not None and name == self.set_name and self.promote != "none":
+            raise InvalidRequestError(
+                f"form_into {name!r} is the set this session's messages are promoted into (chat messages); "
+                "facts are text: form into another set"
+            )
+        self.feed = None
+        if name is not None:
+            self.feed = FormationFeed(
+                self.history,
+                keys=keys,
+                scope=Scope(self.namespace, self.key, name),
+                session_id=self.session_id,
+                debounce=wait,
+                max_wait=most,
+                model=settings.model,
+                max_messages=settings.max_messages,
+                operation_ttl=settings.operation_ttl,
+                remember=remember,
+                publish=publish,
+            )
 
     def entities(self) -> Operation[dict[str, str]]:
         try:
@@ -152,6 +196,10 @@ class SessionHandle:
         self.promote = operations.promote
         self.set_name = operations.set_name
         self.ttl = operations.history.ttl
+        feed = operations.feed
+        self.form_into = feed.set_name if feed is not None else None
+        self.debounce = feed.debounce if feed is not None else None
+        self.max_wait = feed.max_wait if feed is not None else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(namespace={self.namespace!r}, key={self.key!r}, session_id={self.session_id!r})"
@@ -165,6 +213,10 @@ class Session(SessionHandle):
     same namespace and key (ids are the message ids, so a retried write changes nothing). With
     ``"summary"`` or ``"both"``, ``finish()`` folds the whole session into its summary and writes that
     too. ``"none"`` keeps the session in Redis only.
+
+    Formation: with ``form_into`` (a set name), what is saved is also sent to formation into that long-term set
+    of the same namespace and key, debounced per session across processes (``debounce``, ``max_wait``; see
+    ``tiers.session.formation``). Each message is formed once, under its own id as the facts' source.
     """
 
     def __init__(self, client: MemoryClient, operations: SessionOperations, *, tokens: TokenCounter) -> None:
@@ -204,7 +256,8 @@ class Session(SessionHandle):
     # -- what strategies use ------------------------------------------------------------
 
     def add_messages(self, messages: Sequence[ChatMessage]) -> list[SessionMessage]:
-        """Appends to the history and, unless ``promote`` says otherwise, enqueues their long-term copy."""
+        """Appends to the history and, unless ``promote`` says otherwise, enqueues their long-term copy; with
+        ``form_into``, sends what no formation covers yet to formation (debounced)."""
         return self._client.run(self.ops.add_messages(messages))
 
     def summary_state(self) -> SummaryState:

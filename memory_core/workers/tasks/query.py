@@ -1,4 +1,4 @@
-"""Read-queue tasks: get, search, size, set lookup."""
+"""Read-queue tasks: get, search, size, set lookup, recall, and the console's browse and explain."""
 
 from __future__ import annotations
 
@@ -38,3 +38,15 @@ def get_set(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
 def recall(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
     """Scored, deduplicated memories of every tier for a query."""
     return self.services.recaller.recall(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.BROWSE, bind=True, base=MemoryTask)
+def browse(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """One page of a set's items, filtered and sorted, with the next page's cursor; records no access."""
+    return self.services.browsing.browse(request).model_dump(mode="json")
+
+
+@shared_task(name=routing.EXPLAIN, bind=True, base=MemoryTask)
+def explain(self: MemoryTask, request: dict[str, Any]) -> dict[str, Any]:
+    """A search's hits with each ranker's part in their scores; records no access."""
+    return self.services.browsing.explain(request).model_dump(mode="json")

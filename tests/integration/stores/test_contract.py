@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memory_core.core.errors import ConfigurationError, StoreError
-from memory_core.core.models import DatetimeRange, MemorySet, MemorySetItem, Scope
+from memory_core.core.models import DatetimeRange, FactEvent, FactInfo, MemorySet, MemorySetItem, Scope, SearchMode
 from memory_core.core.settings import QdrantSettings
 from memory_core.engine.embedders.hashing import HashingEmbedder
 from memory_core.engine.stores import ItemRecord, VectorStore
@@ -433,6 +433,150 @@ def test_lexical_and_hybrid_search_keep_scope_filters_and_expiry(store: VectorSt
     for mode in ("lexical", "hybrid"):
         assert [h.id for h in store.search(SCOPE, vector, 10, {"kind": "a"}, text="zebra", mode=mode)] == ["mine"]
         assert {h.id for h in store.search(SCOPE, vector, 10, {}, text="zebra", mode=mode)} == {"mine", "filtered"}
+
+
+# -- facts: formation's items, searched while live ----------------------------------------------------------------
+
+MODES: tuple[SearchMode, ...] = ("dense", "lexical", "hybrid")
+
+
+def _fact(**extra: object) -> FactInfo:
+    fields: dict[str, object] = {
+        "kind": "preference",
+        "entities": ["Alice"],
+        "occurred_at": T0 - timedelta(days=3),
+        "confidence": 0.8,
+        "sources": ["m1", "m2"],
+        "formed_by": "a-model",
+        "prompt_version": "facts-v1",
+        "op_id": "op-1",
+        "valid_from": T0,
+        "events": [FactEvent(op_id="op-1", decision="add", sources=["m1"], model="a-model", at=T0)],
+    }
+    fields.update(extra)
+    return FactInfo.model_validate(fields)
+
+
+def _superseded(fact: FactInfo, by: str) -> FactInfo:
+    later = T0 + timedelta(days=1)
+    event = FactEvent(op_id="op-2", decision="superseded", sources=["m3"], at=later)
+    return fact.model_copy(update={"valid_to": later, "superseded_by": by, "events": [*fact.events, event]})
+
+
+def _found(
+    store: VectorStore, query: str, mode: SearchMode, limit: int = 10, *, include_superseded: bool = False
+) -> list[str]:
+    vector = EMBEDDER.embed([query])[0]
+    hits = store.search(SCOPE, vector, limit, {}, text=query, mode=mode, include_superseded=include_superseded)
+    return [h.id for h in hits]
+
+
+def _facts(store: VectorStore) -> None:
+    """A superseded fact ``old`` (the query's best match), the live fact ``new`` that replaced it, and a plain item;
+    filler elsewhere keeps their words rare (IDF is collection-wide)."""
+    filler = Scope("filler-ns", "key", "notes")
+    store.upsert(filler, [_record(f"w{i}", f"weather report number {i}", i) for i in range(20)])
+    live = _fact(op_id="op-2", supersedes="old")
+    store.upsert(
+        SCOPE,
+        [
+            _record("old", "Alice drinks green tea", 1, fact=_superseded(_fact(), "new")),
+            _record("new", "Alice drinks green tea with oat milk now", 2, fact=live),
+            _record("note", "green tea shop opening hours", 3),
+        ],
+    )
+
+
+def test_a_superseded_fact_is_left_out_of_every_search_mode_unless_asked(store: VectorStore):
+    _facts(store)
+    for mode in MODES:
+        assert "old" not in _found(store, "Alice drinks green tea", mode), mode
+        assert {"new", "note"} <= set(_found(store, "Alice drinks green tea", mode)), mode
+        # Left out before the limit is taken: the best live match fills the one place.
+        assert _found(store, "Alice drinks green tea", mode, limit=1) != ["old"], mode
+        assert _found(store, "Alice drinks green tea", mode, limit=1) != [], mode
+        everything = _found(store, "Alice drinks green tea", mode, include_superseded=True)
+        assert {"old", "new", "note"} <= set(everything), mode
+    assert _found(store, "Alice drinks green tea", "dense", limit=1, include_superseded=True) == ["old"]
+
+
+def test_a_superseded_fact_is_still_read_by_id_and_listed(store: VectorStore):
+    _facts(store)
+    assert [i.id for i in store.list_items(SCOPE)] == ["old", "new", "note"]
+    (old,) = store.retrieve(SCOPE, ["old"])
+    assert old.fact is not None
+    assert not old.fact.live
+    assert old.fact.superseded_by == "new"
+    assert store.count(SCOPE) == 3
+
+
+def test_a_fact_round_trips_every_field(store: VectorStore):
+    fact = _superseded(_fact(supersedes="older", entities=["Alice", "Lyon"]), "newer")
+    record = _record("f", "Alice moved to Lyon", 5, fact=fact, importance=0.7, source="formation")
+    store.upsert(SCOPE, [record, _record("plain", "no fact here", 6)])
+    expected = record.item.model_copy(update={"seq": 5})
+    assert store.retrieve(SCOPE, ["f"]) == [expected]
+    assert store.list_items(SCOPE)[0] == expected
+    (hit,) = [h for h in store.search(SCOPE, record.vector, 2, {}, include_superseded=True) if h.id == "f"]
+    assert hit.model_copy(update={"score": None}) == expected
+    assert store.retrieve(SCOPE, ["plain"])[0].fact is None
+
+
+def test_set_fields_supersedes_a_live_fact_out_of_searches(store: VectorStore):
+    from memory_core.engine.stores.base import fact_payload
+
+    live = _fact()
+    store.upsert(SCOPE, [_record("f", "Alice drinks green tea", 1, fact=live), _record("g", "green tea shop", 2)])
+    assert all("f" in _found(store, "Alice drinks green tea", mode) for mode in MODES)
+    superseded = _superseded(live, "g")
+    fields = {"fact": superseded.model_dump(mode="json"), "superseded": 1}
+    assert fact_payload(superseded) == fields  # what a writer sends, as ``to_payload`` would write it
+    store.set_fields(SCOPE, ["f"], fields, seq=1)
+    for mode in MODES:
+        assert "f" not in _found(store, "Alice drinks green tea", mode), mode
+        assert "f" in _found(store, "Alice drinks green tea", mode, include_superseded=True), mode
+    assert store.retrieve(SCOPE, ["f"])[0].fact == superseded
+
+
+@pytest.mark.parametrize("kind", ["edge", "qdrant_local"])
+def test_a_store_written_before_facts_searches_its_items_and_indexes_the_flag(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import memory_core.engine.stores.edge as edge_module
+    import memory_core.engine.stores.qdrant as qdrant_module
+    from memory_core.engine.stores.base import NUMERIC_INDEX_FIELDS, to_payload
+
+    def earlier_payload(scope: Scope, record: ItemRecord) -> dict[str, Any]:
+        payload = to_payload(scope, record)
+        del payload["fact"], payload["superseded"]  # what a release before facts wrote
+        return payload
+
+    module: Any = edge_module if kind == "edge" else qdrant_module
+    with monkeypatch.context() as earlier:
+        earlier.setattr(module, "to_payload", earlier_payload)
+        earlier.setattr(module, "NUMERIC_INDEX_FIELDS", tuple(f for f in NUMERIC_INDEX_FIELDS if f != "superseded"))
+        old = _open(kind, tmp_path) if kind == "edge" else _open_local(tmp_path)
+        old.upsert(SCOPE, [_record("a", "Alice drinks green tea", 1)])
+        if isinstance(old, EdgeVectorStore):
+            assert "superseded" not in old._items.info().payload_schema
+        old.close()
+    store = _open(kind, tmp_path) if kind == "edge" else _open_local(tmp_path)
+    try:
+        if isinstance(store, EdgeVectorStore):  # the embedded engine indexes what it lacks on open
+            assert "superseded" in store._items.info().payload_schema
+        store.upsert(SCOPE, [_record("b", "Alice drinks green tea daily", 2, fact=_superseded(_fact(), "a"))])
+        assert store.retrieve(SCOPE, ["a"])[0].fact is None
+        for mode in MODES:  # a point without the flag is no superseded fact
+            assert _found(store, "Alice drinks green tea", mode) == ["a"], mode
+    finally:
+        store.close()
+
+
+def _open_local(tmp_path: Path) -> VectorStore:
+    """qdrant-client's local mode on disk, so a second open finds what the first wrote."""
+    return QdrantVectorStore.connect(
+        str(tmp_path / "local"), api_key=None, timeout=5, collection="contract", dimension=EMBEDDER.dimension
+    )
 
 
 # -- migration from the dense-only layout -----------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -11,7 +12,7 @@ import pytest
 from memory_core.core.errors import InvalidRequestError, TransientStoreError
 from memory_core.core.models import MemorySet
 from memory_core.core.settings import LimitsSettings
-from memory_core.engine.batching import AddBatcher
+from memory_core.engine.batching import AddBatcher, _Pending
 from memory_core.engine.embedders.hashing import HashingEmbedder
 from memory_core.engine.service import MemoryService
 from memory_core.engine.stores.memory import InMemoryVectorStore
@@ -106,3 +107,39 @@ def test_adds_to_one_set_are_written_as_one_with_the_sequential_result(setup):
     assert [r.ids for r in replies] == [["one"], ["one"], ["three"]]  # the second folded into the first
     stored = service.get({"v": 1, "namespace": "ns", "key": "k", "set_name": "dedup"}).items
     assert [i.id for i in stored] == ["one", "three"]
+
+
+def test_requests_arriving_together_are_spread_over_the_idle_batch_threads(
+    setup: tuple[MemoryService, _CountingEmbedder],
+) -> None:
+    """Four requests queued at once, two idle batch threads: each takes its fair share (two), so both embed at
+    once; one thread taking all four would leave the other core idle (chat turns embed no faster together)."""
+    service, embedder = setup
+    both_embedding = threading.Barrier(2, timeout=5)
+    calls: list[int] = []
+    plain = embedder.embed
+
+    def embed(texts: Sequence[str]) -> list[list[float]]:
+        calls.append(len(texts))
+        both_embedding.wait()  # breaks (and fails the adds) unless two batches embed at the same time
+        return plain(texts)
+
+    embedder.embed = embed  # type: ignore[method-assign]
+    batcher = AddBatcher(service, max_items=64, max_wait=0.0, threads=2)
+    batcher._start()
+    waiting = batcher._queue.not_empty
+    deadline = time.monotonic() + 10
+    while len(waiting._waiters) < 2:  # type: ignore[attr-defined]  # both threads blocked on an empty queue
+        assert time.monotonic() < deadline, "the batch threads did not start"
+        time.sleep(0.01)
+    pending = [_Pending(service.prepare_add(_request("a", f"id-{n}", f"fact {n}", n))) for n in range(4)]
+    with waiting:  # all four queued at once, before either thread wakes
+        batcher._queued = getattr(batcher, "_queued", 0) + 4  # what add() counts as it queues
+        batcher._queue.queue.extend(pending)
+        batcher._queue.unfinished_tasks += 4
+        waiting.notify(2)
+    for request in pending:
+        assert request.done.wait(10)
+        assert request.error is None
+    batcher.close()
+    assert sorted(calls) == [2, 2]

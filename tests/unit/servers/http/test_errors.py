@@ -33,6 +33,7 @@ def test_an_endpoints_own_retry_after_is_kept_when_it_asks_for_longer():
         (errors.TransientRerankerError("rerank down"), "reranker_unavailable"),
         (errors.BrokerUnavailable("redis down"), "broker_unavailable"),
         (errors.NoWorkerAvailable("no worker"), "no_worker_available"),
+        (errors.FormationBusy("busy", retry_after=7), "formation_busy"),
     ],
 )
 def test_every_503_carries_a_retry_after(exc: Exception, code: str):
