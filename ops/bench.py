@@ -20,7 +20,8 @@ Measured in one run on the same texts:
       on two vocabularies, the query plan before and now side by side (ops/hybrid_bench.py)
     ops/bench --profile-writes [--broker redis,rabbitmq]    # where the worker's CPU goes per add message
       (ops/write_profile.py)
-    ops/bench --profile-search    # where a search's time goes, client to worker and back (ops/search_profile.py)
+    ops/bench --profile-search    # where a search's time goes, client to worker and back (ops/call_profile.py)
+    ops/bench --profile-add    # where one add's time goes until stored, client to worker and back (ops/call_profile.py)
     ops/bench --rerank [SPEC]    # what reranking adds per search, beside none (ops/rerank_bench.py)
     ops/bench --reindex [--big-items 100000]    # a reindex's rate, and adds and searches during one (ops/reindex_bench.py)
     ops/bench --formation [EXCHANGES]    # formation lag, model calls and tokens from 50 sessions, and adds and
@@ -527,10 +528,15 @@ def _only_module(args: argparse.Namespace) -> bool:
         with redis_server(load_settings().redis.url):
             write_profile.run(args.items, args.batch, args.broker)
     elif args.profile_search:
-        import search_profile
+        import call_profile
 
         with redis_server(load_settings().redis.url):
-            search_profile.run(args.items, args.searches)
+            call_profile.run(args.items, args.searches)
+    elif args.profile_add:
+        import call_profile
+
+        with redis_server(load_settings().redis.url):
+            call_profile.run_adds(args.items, args.searches)
     elif args.rerank is not None:
         import rerank_bench
 
@@ -642,7 +648,14 @@ def main() -> None:
         "--profile-search",
         action="store_true",
         help="run only where a search's time goes, client -> broker -> worker -> embed -> engine -> reply "
-        "(ops/search_profile.py)",
+        "(ops/call_profile.py)",
+    )
+    parser.add_argument(
+        "--profile-add",
+        action="store_true",
+        help="run only where one add's time goes until stored (--searches adds of a chat turn each, after --items "
+        "turns over 200 users), client -> broker -> worker -> batch thread -> embed -> engine -> reply "
+        "(ops/call_profile.py)",
     )
     parser.add_argument(
         "--profile-writes",

@@ -38,7 +38,9 @@ another's: memory-core's exact-duplicate check and its embedding cache see new t
   3. the other nine tenths of the items from 16 threads, as in 1, then search at all the items, as in 2;
   4. fire-and-forget, 300 calls: memory-core's ``add(wait=False)`` (``submit``; the receipts are waited on after
      each block, untimed) against mem0's ``add``, always synchronous; caller-side p50/p95;
-  5. one add at a time until stored, 300 calls, interleaved call by call: p50/p95;
+  5. one add at a time until stored, 300 calls, interleaved call by call: p50/p95; memory-core also on sets
+     without dedup (``dedup="none"``: what mem0's ``add(infer=False)`` does), the same turns, in namespaces of
+     their own;
   6. a few adds to mem0's FAISS store with its save as shipped (it only is part of the search rows otherwise).
 
 Stores are counted at the end; memory-core must hold every turn and every memory-core search must return hits.
@@ -105,6 +107,8 @@ CEILING_SAMPLE = 2000
 UNUSED_ENDPOINT = "http://127.0.0.1:9/v1"
 """Where mem0's OpenAI LLM and embedder would call (the discard port): they are built, never called."""
 SYSTEMS = ("memory-core", "mem0")
+PLAIN = "memory-core, dedup off"
+"""One add at a time also runs on memory-core sets without dedup (what mem0's ``add(infer=False)`` does)."""
 SEARCHERS = ("memory-core", "memory-core dense", "mem0", "mem0 faiss")
 
 
@@ -411,12 +415,24 @@ def _fire_and_forget(sets: dict[str, MemorySet], memory: Any, texts: list[str], 
     return times
 
 
-def _one_by_one(sets: dict[str, MemorySet], memory: Any, texts: list[str], span: range) -> dict[str, list[float]]:
-    """(5): one add per call, until stored, interleaved call by call; ms per call."""
-    times: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+def _one_by_one(
+    client: MemoryClient, sets: dict[str, MemorySet], memory: Any, texts: list[str], span: range
+) -> dict[str, list[float]]:
+    """(5): one add per call, until stored, interleaved call by call; ms per call. memory-core is called twice per
+    turn: on the users' sets (exact dedup, the default for text) and on sets without dedup (``dedup="none"``, each
+    user's in a namespace of its own, so its embedding cache cannot answer the second call), as mem0's
+    ``add(infer=False)`` keeps every turn."""
+    plain = {
+        user: client.long_term(f"{user}-plain", "chat").get_or_create_memory_set(
+            "turns", capacity=1_000_000, dedup="none"
+        )
+        for user in sets
+    }
+    times: dict[str, list[float]] = {name: [] for name in (*SYSTEMS, PLAIN)}
     for n in span:
         calls = {
             "memory-core": lambda n=n: sets[_user(n)].add([texts[n]], wait=True),
+            PLAIN: lambda n=n: plain[_user(n)].add([texts[n]], wait=True),
             "mem0": lambda n=n: memory.add(texts[n], user_id=_user(n), infer=False),
         }
         _side_by_side(n, calls, times)
@@ -564,7 +580,7 @@ def _sections(
         "fills": fills,
         "health": health,
         "fire": _fire_and_forget(sets, mem0, texts, range(items, singles)),
-        "sequential": _one_by_one(sets, mem0, texts, range(singles, singles + SINGLES)),
+        "sequential": _one_by_one(client, sets, mem0, texts, range(singles, singles + SINGLES)),
         "faiss adds": _faiss_adds(memories["mem0 faiss"], texts, range(singles + SINGLES, len(texts))),
         "stored": _counts(sets, memories, len(texts)),
     }
@@ -673,8 +689,8 @@ def _goals(ceiling: float, results: dict[str, Any]) -> str:
     fire, sequential = results["fire"], results["sequential"]
     parts.append(f"fire-and-forget p50 {_ratio(fire['mem0'], fire['memory-core'])} (goal >= x10)")
     parts.append(
-        f"one add at a time p50 at {_p50(sequential['memory-core']) / _p50(sequential['mem0']):.2f} of mem0's "
-        "(goal <= 1.25)"
+        f"one add at a time p50 at {_p50(sequential['memory-core']) / _p50(sequential['mem0']):.2f} of mem0's, "
+        f"without dedup {_p50(sequential[PLAIN]) / _p50(sequential['mem0']):.2f} (goal <= 1.25)"
     )
     for found in results["found"]:
         times = found["times"]
@@ -738,6 +754,11 @@ def _print(
             "| one add at a time, until stored, p50 / p95 | "
             f"{pair(sequential['memory-core'])} | {pair(sequential['mem0'])} | | "
             f"{_ratio(sequential['mem0'], sequential['memory-core'])} |"
+        ),
+        (
+            '| the same, memory-core sets without dedup (`dedup="none"`, as mem0\'s `add(infer=False)`; empty at the '
+            f"start), p50 / p95 | {pair(sequential[PLAIN])} | {pair(sequential['mem0'])} | | "
+            f"{_ratio(sequential['mem0'], sequential[PLAIN])} |"
         ),
         (
             f"| one add to mem0's FAISS store as shipped (its index and docstore files rewritten each time), at {items} "
