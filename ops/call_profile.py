@@ -11,11 +11,13 @@ embedding cache and of the client's result cache) are timed, wall-clock, stage b
   calls (embedding cache, access log) and the rest of our handling (validation, JSON, metrics, logging);
 - the reply: the worker's push, and its way back until the client's blocking pop returns.
 
-An add: ``searches`` chat turns (the shared datasets' turns when they are on this machine, template texts
-otherwise), each added alone to one of 200 users' sets and waited for until stored, as ``ops/bench --mem0``'s
-"one add at a time" does; the task's stages are its validation (with the set's definition), the hand-off to a
-batch thread, and in that thread the model, the engine (dedup lookup, upsert), our Redis calls (embedding cache,
-the set's lock, size hint and version) and the rest, then the task thread's wake-up and the rest of the task.
+An add: ``items`` chat turns (the shared datasets' turns when they are on this machine, template texts
+otherwise) are spread over 200 users' sets, then ``searches`` new turns are each added alone to the next user's
+set and waited for until stored, as ``ops/bench --mem0``'s "one add at a time" does. The task's stages are its
+validation (with the set's definition), the hand-off to a batch thread, and in that thread the model, the engine
+(dedup lookup, upsert), our Redis calls (embedding cache, the set's lock, size hint and version) and the rest,
+then the task thread's wake-up and the rest of the task. The same turns also go, call by call, to the default
+sets and to sets without dedup through a worker process: what the dedup check costs an add.
 
 The worker's stages are read in one process: the worker runs in a thread of this one (a real Celery worker,
 the threads pool, as ``stack.worker`` runs it, consuming from the same Redis), and each stage is timed by
@@ -26,7 +28,7 @@ trivial task (``memory.get_set``): the queue's floor. ``PYTHONPATH=<an earlier t
 workers run it), to compare with.
 
     ops/bench --profile-search [--items 2000] [--searches 200]
-    ops/bench --profile-add [--searches 200]
+    ops/bench --profile-add [--items 2000] [--searches 200]
 """
 
 from __future__ import annotations
@@ -125,19 +127,14 @@ class _Clock:
 
         return timed
 
-    def marking(
-        self, call: Callable[..., Any], *, before: str | None = None, after: str | None = None
-    ) -> Callable[..., Any]:
-        """``call``, marking when it starts (``before``) and returns (``after``)."""
+    def marking(self, call: Callable[..., Any], *, after: str) -> Callable[..., Any]:
+        """``call``, marking ``after`` when it returns."""
 
         def marked(*args: Any, **kwargs: Any) -> Any:
-            if before is not None:
-                self.mark(before)
             try:
                 return call(*args, **kwargs)
             finally:
-                if after is not None:
-                    self.mark(after)
+                self.mark(after)
 
         return marked
 
