@@ -449,6 +449,19 @@ def _print_stages(searched: list[dict[str, float]], stages: tuple[tuple[str, str
     )
 
 
+Side = tuple[list[dict[str, float]], tuple[tuple[str, str], ...], list[float]]
+"""The calls' stages, the stages to print, and the trivial task's round trips, as one side measured them."""
+
+
+def _print_sides(in_thread: Side, in_process: Side) -> None:
+    print(
+        "\nthe worker in this process (a thread: every stage is seen; it shares this process's GIL with the client):\n"
+    )
+    _print_stages(*in_thread)
+    print("\nthe worker in its own process (stack.worker, the deployment's shape; what the client sees):\n")
+    _print_stages(*in_process)
+
+
 def _profile_in_thread(settings: Settings, searches: int) -> tuple[list[dict[str, float]], list[float]]:
     app = create_app(settings)
     with _in_thread_worker(app, settings.celery.concurrency), MemoryClient(settings) as client:
@@ -475,12 +488,7 @@ def run(items: int = 2_000, searches: int = 200) -> None:
     # The worker process has stopped (and released the store); the same store is served from a thread here.
     searched, floor = _profile_in_thread(settings, searches)
     print(f"\nsearch stages, {items} items, {searches} searches of new query texts each (cache misses)")
-    print(
-        "\nthe worker in this process (a thread: every stage is seen; it shares this process's GIL with the client):\n"
-    )
-    _print_stages(searched, STAGES, floor)
-    print("\nthe worker in its own process (stack.worker, the deployment's shape; what the client sees):\n")
-    _print_stages(process_side, CLIENT_STAGES, process_floor)
+    _print_sides((searched, STAGES, floor), (process_side, CLIENT_STAGES, process_floor))
 
 
 ADD_STAGES = (
@@ -569,12 +577,7 @@ def run_adds(items: int = 2_000, adds: int = 200) -> None:
         added = _staged_adds(client, sets, thread_turns)
         floor = _round_trips(client.dispatcher, adds)
     print(f"\nadd stages: {adds} adds of one chat turn each, until stored, over {USERS} users' sets of {items} turns")
-    print(
-        "\nthe worker in this process (a thread: every stage is seen; it shares this process's GIL with the client):\n"
-    )
-    _print_stages(added, ADD_STAGES, floor)
-    print("\nthe worker in its own process (stack.worker, the deployment's shape; what the client sees):\n")
-    _print_stages(process_side, ADD_CLIENT_STAGES, process_floor)
+    _print_sides((added, ADD_STAGES, floor), (process_side, ADD_CLIENT_STAGES, process_floor))
     print("\nthe same turns, interleaved call by call with the above, to sets without dedup (dedup='none'):\n")
     _print_stages(plain_side, ADD_CLIENT_STAGES, process_floor)
     saved = [a["total"] - b["total"] for a, b in zip(process_side, plain_side, strict=True)]
